@@ -1,0 +1,1 @@
+"""Benchmarks: reproducible, results written to benchmarks/results/."""

@@ -1,0 +1,115 @@
+"""The command line: `dispatcher serve | worker | migrate | workspaces | numbers | keys`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from dispatcher import __version__, log
+from dispatcher.api.context import SCOPES
+from dispatcher.domain.phone import is_e164
+from dispatcher.errors import DispatcherError
+from dispatcher.service import fail, open_database, run, serve
+from dispatcher.settings import Settings
+from dispatcher.store import schema, workspaces
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dispatcher", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"dispatcher {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve_cmd = commands.add_parser("serve", help="run the API (and the delivery engine)")
+    serve_cmd.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
+    serve_cmd.add_argument("--port", type=int, default=None, help="port (default 8080)")
+
+    commands.add_parser("migrate", help="apply schema.sql to the database")
+
+    ws = commands.add_parser("workspaces", help="manage workspaces")
+    ws_cmds = ws.add_subparsers(dest="action", required=True)
+    ws_create = ws_cmds.add_parser("create", help="create a workspace")
+    ws_create.add_argument("name")
+    ws_create.add_argument("--json", action="store_true", help="print JSON")
+
+    numbers = commands.add_parser("numbers", help="manage phone numbers")
+    num_cmds = numbers.add_subparsers(dest="action", required=True)
+    num_add = num_cmds.add_parser("add", help="add a number to a workspace")
+    num_add.add_argument("workspace_id")
+    num_add.add_argument("number", help="E.164, e.g. +15555550100")
+    num_add.add_argument("--json", action="store_true", help="print JSON")
+
+    keys = commands.add_parser("keys", help="manage API keys")
+    key_cmds = keys.add_subparsers(dest="action", required=True)
+    key_create = key_cmds.add_parser("create", help="create an API key (printed once)")
+    key_create.add_argument("workspace_id")
+    key_create.add_argument(
+        "--scope",
+        action="append",
+        required=True,
+        choices=sorted(SCOPES),
+        metavar="SCOPE",
+        help=f"repeatable; one of: {', '.join(sorted(SCOPES))}",
+    )
+    key_create.add_argument("--json", action="store_true", help="print JSON")
+    key_revoke = key_cmds.add_parser("revoke", help="revoke an API key")
+    key_revoke.add_argument("key_id")
+    key_revoke.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def _emit(as_json: bool, obj: dict[str, Any], line: str) -> None:
+    print(orjson.dumps(obj).decode() if as_json else line, flush=True)
+
+
+async def _admin(settings: Settings, args: argparse.Namespace) -> None:
+    async with open_database(settings, migrate=True) as db:
+        if args.command == "migrate":
+            version = await schema.current_version(db)
+            print(f"schema at version {version}")
+        elif args.command == "workspaces":
+            workspace_id = await workspaces.create_workspace(db, args.name)
+            _emit(args.json, {"id": workspace_id}, f"created workspace {workspace_id}")
+        elif args.command == "numbers":
+            number_id = await workspaces.add_number(db, args.workspace_id, args.number)
+            _emit(args.json, {"id": number_id}, f"added number {args.number} as {number_id}")
+        elif args.command == "keys" and args.action == "create":
+            key_id, key = await workspaces.create_key(db, args.workspace_id, args.scope)
+            _emit(
+                args.json,
+                {"id": key_id, "key": key},
+                f"created key {key_id} (shown once, store it now): {key}",
+            )
+        elif args.command == "keys" and args.action == "revoke":
+            await workspaces.revoke_key(db, args.key_id)
+            _emit(args.json, {"id": args.key_id, "revoked": True}, f"revoked key {args.key_id}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except DispatcherError as exc:
+        fail(str(exc), 2)
+        return
+    if args.command == "numbers" and not is_e164(args.number):
+        fail(f"{args.number!r} is not an E.164 number (like +15555550100)", 2)
+    log.configure(settings.log_format, settings.log_level)
+    try:
+        if args.command == "serve":
+            host = args.host or settings.host
+            port = settings.port if args.port is None else args.port
+            run(serve(settings, host, port))
+        else:
+            run(_admin(settings, args))
+    except DispatcherError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

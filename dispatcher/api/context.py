@@ -1,0 +1,79 @@
+"""Typed application state and the decorator that guards every endpoint with a scope."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from dispatcher.api.http import WORKSPACE_ID
+from dispatcher.domain.clock import Clock
+from dispatcher.errors import Forbidden, Unauthorized
+from dispatcher.settings import Settings
+from dispatcher.store import workspaces
+from dispatcher.store.database import Database
+from dispatcher.store.workspaces import ApiKey
+
+SCOPES: frozenset[str] = frozenset(
+    {
+        "messages:read",
+        "messages:write",
+        "conversations:read",
+        "conversations:write",
+        "webhooks:read",
+        "webhooks:write",
+        "events:write",
+        "ingest:write",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Services:
+    db: Database
+    settings: Settings
+    clock: Clock
+    cursor_key: bytes
+
+
+SERVICES = web.AppKey("services", Services)
+
+ScopedHandler = Callable[[web.Request, Services, ApiKey], Awaitable[web.StreamResponse]]
+
+
+def services(request: web.Request) -> Services:
+    return request.app[SERVICES]
+
+
+async def authenticate(request: web.Request) -> ApiKey:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized()
+    key = await workspaces.find_key(services(request).db, token.strip())
+    if key is None:
+        raise Unauthorized("the API key is not valid or has been revoked")
+    return key
+
+
+def requires(
+    scope: str,
+) -> Callable[[ScopedHandler], Callable[[web.Request], Awaitable[web.StreamResponse]]]:
+    """Authenticate the caller and check `scope`; the handler gets the services and the key."""
+    assert scope in SCOPES, scope
+
+    def decorate(handler: ScopedHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        @functools.wraps(handler)
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            key = await authenticate(request)
+            if scope not in key.scopes:
+                raise Forbidden(f"this API key lacks the scope {scope}")
+            request[WORKSPACE_ID] = key.workspace_id
+            return await handler(request, services(request), key)
+
+        guarded.scope = scope  # type: ignore[attr-defined]
+        return guarded
+
+    return decorate

@@ -1,0 +1,57 @@
+"""Conversations: list, read, move between folders."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from dispatcher.api.context import Services, requires
+from dispatcher.api.http import json_response, parse_body
+from dispatcher.api.models import SetConversationStatus
+from dispatcher.api.pagination import Pager
+from dispatcher.api.query import query_choice, query_id
+from dispatcher.domain import ids, resources
+from dispatcher.errors import NotFound
+from dispatcher.store import conversations
+from dispatcher.store.workspaces import ApiKey
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/v1/conversations")
+@requires("conversations:read")
+async def list_conversations(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    filters = {
+        "status": query_choice(request, "status", ("open", "done")),
+        "numberId": query_id(request, "numberId", ids.NUMBER),
+    }
+    pager = Pager(request, svc.cursor_key, "conversations", filters)
+    page = await conversations.list_page(
+        svc.db,
+        key.workspace_id,
+        status=filters["status"],
+        number_id=filters["numberId"],
+        limit=pager.limit,
+        after=pager.after,
+    )
+    return json_response(pager.render(page, [resources.conversation(r) for r in page.rows]))
+
+
+@routes.get("/v1/conversations/{conversation_id}")
+@requires("conversations:read")
+async def get_conversation(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    row = await conversations.get(svc.db, key.workspace_id, request.match_info["conversation_id"])
+    if row is None:
+        raise NotFound("conversation not found")
+    return json_response(resources.conversation(row))
+
+
+@routes.post("/v1/conversations/{conversation_id}/status")
+@requires("conversations:write")
+async def set_conversation_status(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    body = await parse_body(request, SetConversationStatus)
+    row = await conversations.set_status(
+        svc.db, key.workspace_id, request.match_info["conversation_id"], body.status
+    )
+    if row is None:
+        raise NotFound("conversation not found")
+    return json_response(resources.conversation(row))

@@ -1,0 +1,100 @@
+"""Opaque, tamper-evident cursors, bound to the list, the workspace and the filters.
+
+A cursor is base64url(MAC || position). The MAC (HMAC-SHA256, shared key in the database)
+covers the position and a digest of (list, workspace, filters), so a cursor that was edited,
+comes from another list or workspace, or is replayed with other filters is refused with
+`invalid_cursor` instead of silently returning the wrong rows.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from dispatcher.api.http import WORKSPACE_ID
+from dispatcher.errors import FieldError, InvalidCursor, ValidationFailed
+from dispatcher.store.pages import Page, Position
+
+DEFAULT_LIMIT = 25
+MAX_LIMIT = 100
+_MAC_BYTES = 16
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def parse_limit(request: web.Request) -> int:
+    raw = request.query.get("limit")
+    if raw is None:
+        return DEFAULT_LIMIT
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise ValidationFailed(
+            [FieldError("query.limit", f"must be an integer from 1 to {MAX_LIMIT}")]
+        )
+    return int(raw)
+
+
+def _scope_digest(list_name: str, workspace_id: str, filters: Mapping[str, Any]) -> bytes:
+    material = orjson.dumps([list_name, workspace_id, filters], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(material).digest()
+
+
+def encode_cursor(
+    key: bytes, list_name: str, workspace_id: str, filters: Mapping[str, Any], position: Position
+) -> str:
+    moment, row_id = position
+    micros = (moment - _EPOCH) // timedelta(microseconds=1)
+    body = orjson.dumps([micros, row_id])
+    mac = hmac.new(key, _scope_digest(list_name, workspace_id, filters) + body, "sha256").digest()
+    return base64.urlsafe_b64encode(mac[:_MAC_BYTES] + body).decode().rstrip("=")
+
+
+def decode_cursor(
+    key: bytes, list_name: str, workspace_id: str, filters: Mapping[str, Any], cursor: str
+) -> Position:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidCursor("the cursor is malformed") from exc
+    mac, body = raw[:_MAC_BYTES], raw[_MAC_BYTES:]
+    expected = hmac.new(key, _scope_digest(list_name, workspace_id, filters) + body, "sha256")
+    if len(mac) != _MAC_BYTES or not hmac.compare_digest(mac, expected.digest()[:_MAC_BYTES]):
+        raise InvalidCursor(
+            "the cursor does not belong to this list with these filters; "
+            "start again without a cursor"
+        )
+    micros, row_id = orjson.loads(body)
+    return _EPOCH + timedelta(microseconds=micros), row_id
+
+
+class Pager:
+    """One list run: reads `limit` and `cursor`, and renders the page with its next cursor."""
+
+    def __init__(
+        self, request: web.Request, key: bytes, list_name: str, filters: Mapping[str, Any]
+    ) -> None:
+        self.key = key
+        self.list_name = list_name
+        self.workspace_id = request[WORKSPACE_ID]
+        self.filters = dict(filters)
+        self.limit = parse_limit(request)
+        cursor = request.query.get("cursor")
+        self.after: Position | None = (
+            decode_cursor(key, list_name, self.workspace_id, self.filters, cursor)
+            if cursor
+            else None
+        )
+
+    def render(self, page: Page, data: list[Any]) -> dict[str, Any]:
+        next_cursor = (
+            None
+            if page.last is None
+            else encode_cursor(self.key, self.list_name, self.workspace_id, self.filters, page.last)
+        )
+        return {"data": data, "nextCursor": next_cursor}

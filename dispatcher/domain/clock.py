@@ -1,0 +1,44 @@
+"""Time as a dependency, so retry schedules and the disable rule are tested in milliseconds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class FakeClock:
+    """A clock that moves only when told to (tests), or by `tick` seconds on every read."""
+
+    def __init__(self, start: datetime | None = None, tick: float = 0.0) -> None:
+        self._now = start or datetime.now(UTC)
+        self._tick = timedelta(seconds=tick)
+
+    def now(self) -> datetime:
+        self._now += self._tick
+        return self._now
+
+    def advance(self, seconds: float) -> datetime:
+        self._now += timedelta(seconds=seconds)
+        return self._now
+
+    def set(self, moment: datetime) -> None:
+        self._now = moment
+
+
+def isoformat(moment: datetime) -> str:
+    """ISO 8601 in UTC with millisecond precision and a `Z`: `2026-11-21T04:36:12.123Z`."""
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def isoformat_or_none(moment: datetime | None) -> str | None:
+    return None if moment is None else isoformat(moment)

@@ -1,0 +1,34 @@
+"""Standard Webhooks signing (standardwebhooks.com): secrets, keys and signatures."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections.abc import Sequence
+
+SECRET_PREFIX = "whsec_"
+SECRET_BYTES = 32  # within Standard Webhooks' 24..64
+
+
+def new_secret() -> str:
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
+
+
+def secret_key(secret: str) -> bytes:
+    """The HMAC key a `whsec_` secret stands for."""
+    return base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+
+
+def sign(keys: Sequence[bytes], message_id: str, timestamp: int, body: bytes) -> str:
+    """The `webhook-signature` header: one `v1,<base64>` entry per key, space-separated.
+
+    Several keys are passed during a secret rotation, so receivers holding either the old or
+    the new secret verify the same request.
+    """
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    return " ".join(
+        "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        for key in keys
+    )

@@ -1,0 +1,62 @@
+"""Domain errors. The class docstring is the default message; no HTTP codes here.
+
+The web layer maps each class to a status and an error code; the store translates driver
+errors into these at its boundary, so no other layer sees asyncpg exceptions.
+"""
+
+from __future__ import annotations
+
+
+class DispatcherError(Exception):
+    """Something went wrong."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class FieldError(DispatcherError):
+    """A field of the request is not valid."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ValidationFailed(DispatcherError):
+    """The request is not valid."""
+
+    def __init__(self, errors: list[FieldError], message: str | None = None) -> None:
+        super().__init__(message or "; ".join(f"{e.path}: {e.message}" for e in errors))
+        self.errors = errors
+
+
+class NotFound(DispatcherError):
+    """The resource does not exist."""
+
+
+class Conflict(DispatcherError):
+    """The request conflicts with the resource's current state."""
+
+
+class InvalidCursor(DispatcherError):
+    """The cursor is not valid for this list and these filters."""
+
+
+class Unauthorized(DispatcherError):
+    """A valid API key is required: send `Authorization: Bearer <key>`."""
+
+
+class Forbidden(DispatcherError):
+    """The API key lacks the scope this endpoint requires."""
+
+
+class DatabaseUnavailable(DispatcherError):
+    """The database cannot be reached."""
+
+
+class ConfigurationError(DispatcherError):
+    """A setting is not valid."""

@@ -1,0 +1,46 @@
+"""structlog configuration: JSON lines in production, readable lines in a terminal."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+
+_SECRET_KEYS = ("secret", "password", "authorization", "api_key", "key", "token")
+
+
+def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Last line of defence: values under secret-sounding keys never reach the output."""
+    for name in list(event):
+        lowered = name.lower()
+        if any(part == lowered or lowered.endswith("_" + part) for part in _SECRET_KEYS):
+            event[name] = "***"
+    return event
+
+
+def configure(fmt: str = "auto", level: str = "info", stream: Any = None) -> None:
+    stream = stream or sys.stderr
+    use_json = fmt == "json" or (fmt == "auto" and not stream.isatty())
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=stream.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _redact,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(stream),
+        cache_logger_on_first_use=False,
+    )

@@ -1,0 +1,124 @@
+"""Process wiring shared by the CLI commands: database (embedded or not), schema, app, loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from dispatcher.api.app import create_app
+from dispatcher.api.context import SCOPES, Services
+from dispatcher.carrier import SandboxCarrier
+from dispatcher.domain.clock import Clock, SystemClock
+from dispatcher.settings import Settings
+from dispatcher.store import schema, workspaces
+from dispatcher.store.database import Database
+from dispatcher.store.embedded import start_embedded, stop_embedded
+
+log = structlog.get_logger("dispatcher")
+
+DEMO_NUMBER = "+15555550100"
+
+
+@asynccontextmanager
+async def open_database(settings: Settings, *, migrate: bool = True) -> AsyncIterator[Database]:
+    """The pool for DATABASE_URL, or for an embedded server started (and stopped) here."""
+    server: Any = None
+    url = settings.database_url
+    if url is None:
+        url, server = await asyncio.to_thread(start_embedded, settings.pgdata)
+        log.info("database.embedded", pgdata=settings.pgdata)
+    assert url is not None
+    try:
+        db = await Database.open(url, min_size=1, max_size=settings.pool_size)
+        try:
+            if migrate:
+                version = await schema.apply_schema(db)
+                log.info("database.schema", version=version)
+            yield db
+        finally:
+            await db.close()
+    finally:
+        if server is not None:
+            await asyncio.to_thread(stop_embedded, server)
+
+
+async def build_services(db: Database, settings: Settings, clock: Clock) -> Services:
+    cursor_key = await workspaces.instance_secret(db, "cursor")
+    return Services(db=db, settings=settings, clock=clock, cursor_key=cursor_key)
+
+
+def print_demo(key: str, host: str, port: int) -> None:
+    shown_host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
+    print(
+        "\nA demo workspace is ready (printed once; create real ones with `dispatcher workspaces`)."
+        f"\n  number: {DEMO_NUMBER}\n  API key: {key}\n\nSend a message:\n"
+        f"  curl -s http://{shown_host}:{port}/v1/messages -H 'Authorization: Bearer {key}' "
+        "-H 'Content-Type: application/json' "
+        f'-d \'{{"from": "{DEMO_NUMBER}", "to": "+15555550123", "text": "Hello!"}}\'\n',
+        flush=True,
+    )
+
+
+async def wait_for_stop_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def serve(settings: Settings, host: str, port: int) -> None:
+    clock = SystemClock()
+    log.info("dispatcher.start", settings=settings.redacted(), host=host, port=port)
+    async with open_database(settings) as db:
+        if settings.demo:
+            key = await workspaces.create_demo_if_empty(db, DEMO_NUMBER, sorted(SCOPES))
+            if key is not None:
+                print_demo(key, host, port)
+        services = await build_services(db, settings, clock)
+        app = create_app(services)
+        carrier = SandboxCarrier(db, clock, settings.sandbox_delay)
+        background = [asyncio.create_task(carrier.run(), name="carrier")]
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        log.info("api.listening", url=f"http://{host}:{port}")
+        try:
+            await wait_for_stop_signal()
+            log.info("dispatcher.stopping")
+        finally:
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await runner.cleanup()
+    log.info("dispatcher.stopped")
+
+
+def run(coro: Any) -> Any:
+    """Run on uvloop where available."""
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:  # pragma: no cover - uvloop is a dependency; this is for odd platforms
+        return asyncio.run(coro)
+
+
+def fail(message: str, code: int = 1) -> None:
+    print(f"dispatcher: error: {message}", file=sys.stderr)
+    raise SystemExit(code)

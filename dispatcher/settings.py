@@ -1,0 +1,173 @@
+"""One frozen Settings, read from the environment and validated once at start-up.
+
+Every setting is documented in docs/configuration.md; names are a contract with operators.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from dispatcher.errors import ConfigurationError
+
+DEFAULT_RETRY_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
+MAX_REQUEST_TIMEOUT = 30.0
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    pgdata: str = ".dispatcher/pgdata"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    engine: bool = True
+    log_format: str = "auto"
+    log_level: str = "info"
+    demo: bool = True
+    pool_size: int = 10
+    # Delivery engine
+    retry_schedule: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE
+    request_timeout: float = 15.0
+    disable_after: float = 432000.0
+    allowed_cidrs: tuple[Network, ...] = ()
+    max_concurrency_per_webhook: int = 10
+    max_in_flight: int = 1000
+    claim_batch_size: int = 500
+    poll_interval: float = 1.0
+    shutdown_timeout: float = 10.0
+    secret_rotation_grace: float = 86400.0
+    # Messaging
+    carrier: str = "sandbox"
+    sandbox_delay: float = 1.0
+    # Observability
+    metrics_port: int | None = None
+    metrics_per_webhook: bool = False
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long a claim is held: one attempt plus room for recording its result."""
+        return self.request_timeout + 30.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+
+        def read(name: str, attr: str, parse: Callable[[str], Any]) -> None:
+            raw = env.get(name)
+            if raw is None or raw.strip() == "":
+                return
+            try:
+                values[attr] = parse(raw.strip())
+            except (ValueError, TypeError) as exc:
+                raise ConfigurationError(f"{name}={raw!r} is not valid: {exc}") from exc
+
+        read("DATABASE_URL", "database_url", str)
+        read("DISPATCHER_PGDATA", "pgdata", str)
+        read("DISPATCHER_HOST", "host", str)
+        read("DISPATCHER_PORT", "port", _port)
+        read("DISPATCHER_ENGINE", "engine", _on_off)
+        read("DISPATCHER_LOG_FORMAT", "log_format", _choice("auto", "json", "console"))
+        read("DISPATCHER_LOG_LEVEL", "log_level", _choice("debug", "info", "warning", "error"))
+        read("DISPATCHER_DEMO", "demo", _on_off)
+        read("DISPATCHER_POOL_SIZE", "pool_size", _int_between(2, 1000))
+        read("DISPATCHER_RETRY_SCHEDULE", "retry_schedule", _schedule)
+        read("DISPATCHER_REQUEST_TIMEOUT", "request_timeout", _float_between(0.1, 30.0))
+        read("DISPATCHER_DISABLE_AFTER", "disable_after", _float_between(0.0, 10 * 365 * 86400))
+        read("DISPATCHER_ALLOWED_CIDRS", "allowed_cidrs", _cidrs)
+        read("DISPATCHER_MAX_CONCURRENCY_PER_WEBHOOK", "max_concurrency_per_webhook",
+             _int_between(1, 1000))  # fmt: skip
+        read("DISPATCHER_MAX_IN_FLIGHT", "max_in_flight", _int_between(1, 100_000))
+        read("DISPATCHER_CLAIM_BATCH_SIZE", "claim_batch_size", _int_between(1, 10_000))
+        read("DISPATCHER_POLL_INTERVAL", "poll_interval", _float_between(0.01, 60.0))
+        read("DISPATCHER_SHUTDOWN_TIMEOUT", "shutdown_timeout", _float_between(0.0, 600.0))
+        read("DISPATCHER_SECRET_ROTATION_GRACE", "secret_rotation_grace",
+             _float_between(0.0, 30 * 86400))  # fmt: skip
+        read("DISPATCHER_CARRIER", "carrier", _choice("sandbox"))
+        read("DISPATCHER_SANDBOX_DELAY", "sandbox_delay", _float_between(0.0, 3600.0))
+        read("DISPATCHER_METRICS_PORT", "metrics_port", _port)
+        read("DISPATCHER_METRICS_PER_WEBHOOK", "metrics_per_webhook", _on_off)
+        return cls(**values)
+
+    def with_changes(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as a dict safe to log: passwords in URLs are masked."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "database_url" and value:
+                value = redact_url(value)
+            elif f.name == "allowed_cidrs":
+                value = [str(n) for n in value]
+            out[f.name] = value
+        return out
+
+
+def redact_url(url: str) -> str:
+    """Mask the password of a connection URL (`postgres://user:***@host/db`)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, _, location = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{location}" if ":" in credentials else url
+
+
+def _on_off(raw: str) -> bool:
+    value = raw.lower()
+    if value in ("on", "true", "1", "yes"):
+        return True
+    if value in ("off", "false", "0", "no"):
+        return False
+    raise ValueError("expected on or off")
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw.lower() not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}")
+        return raw.lower()
+
+    return parse
+
+
+def _int_between(low: int, high: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError(f"expected {low}..{high}")
+        return value
+
+    return parse
+
+
+def _float_between(low: float, high: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        value = float(raw)
+        if not low <= value <= high:
+            raise ValueError(f"expected {low:g}..{high:g}")
+        return value
+
+    return parse
+
+
+def _port(raw: str) -> int:
+    return _int_between(0, 65535)(raw)
+
+
+def _schedule(raw: str) -> tuple[float, ...]:
+    delays = tuple(float(part) for part in raw.split(","))
+    if not delays or any(d < 0 for d in delays):
+        raise ValueError("expected comma-separated non-negative seconds")
+    return delays
+
+
+def _cidrs(raw: str) -> tuple[Network, ...]:
+    return tuple(ipaddress.ip_network(part.strip(), strict=False) for part in raw.split(","))

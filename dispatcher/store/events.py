@@ -1,0 +1,93 @@
+"""The events table and fan-out. Every door (API, inbound, outbox function) ends here."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from dispatcher.domain import ids
+from dispatcher.domain.events import envelope
+from dispatcher.store.database import Connection, Database, Record
+
+IDEMPOTENCY_WINDOW = timedelta(hours=24)
+
+
+async def append_event(
+    conn: Connection,
+    *,
+    workspace_id: str,
+    event_type: str,
+    number_id: str | None,
+    data: dict[str, Any],
+    source: str,
+    created_at: datetime,
+    idempotency_key: str | None = None,
+) -> tuple[str, str, int]:
+    """Store an event and fan it out, inside the caller's transaction.
+
+    Returns (event id, payload, deliveries created).
+    """
+    event_id = ids.new_id(ids.EVENT)
+    payload = envelope(event_id, event_type, created_at, data)
+    await conn.execute(
+        "INSERT INTO events (id, workspace_id, type, number_id, source, payload, "
+        "idempotency_key, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        event_id,
+        workspace_id,
+        event_type,
+        number_id,
+        source,
+        payload,
+        idempotency_key,
+        created_at,
+    )
+    fanned: int = await conn.fetchval("SELECT dispatcher_fan_out($1)", event_id)
+    return event_id, payload, fanned
+
+
+async def publish(
+    db: Database,
+    *,
+    workspace_id: str,
+    event_type: str,
+    number_id: str | None,
+    data: dict[str, Any],
+    idempotency_key: str | None,
+    now: datetime,
+) -> tuple[str, bool]:
+    """Publish through the API; returns (payload, created). A repeated key within 24 hours
+    returns the first event's payload and creates nothing."""
+    async with db.transaction() as conn:
+        if idempotency_key is not None:
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext($1 || ':' || $2))",
+                workspace_id,
+                idempotency_key,
+            )
+            existing: Record | None = await conn.fetchrow(
+                "SELECT payload, created_at FROM events "
+                "WHERE workspace_id = $1 AND idempotency_key = $2",
+                workspace_id,
+                idempotency_key,
+            )
+            if existing is not None:
+                if existing["created_at"] > now - IDEMPOTENCY_WINDOW:
+                    return existing["payload"], False
+                # Expired: the key is free again for a new event.
+                await conn.execute(
+                    "UPDATE events SET idempotency_key = NULL "
+                    "WHERE workspace_id = $1 AND idempotency_key = $2",
+                    workspace_id,
+                    idempotency_key,
+                )
+        _, payload, _ = await append_event(
+            conn,
+            workspace_id=workspace_id,
+            event_type=event_type,
+            number_id=number_id,
+            data=data,
+            source="api",
+            created_at=now,
+            idempotency_key=idempotency_key,
+        )
+    return payload, True

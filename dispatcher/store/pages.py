@@ -1,0 +1,59 @@
+"""Keyset pagination, newest first, shared by every list.
+
+A page position is the (created_at, id) of the last row seen, so rows inserted while a client
+pages never shift or repeat rows it has already seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from dispatcher.store.database import Connection, Record
+
+Position = tuple[datetime, str]
+
+
+@dataclass
+class Page:
+    rows: list[Record]
+    last: Position | None  # position of the last row when more rows follow, else None
+
+
+@dataclass
+class Filters:
+    """WHERE conditions with `{}` standing for the next positional parameter."""
+
+    conditions: list[str] = field(default_factory=list)
+    args: list[Any] = field(default_factory=list)
+
+    def add(self, condition: str, *values: Any) -> Filters:
+        numbers = [f"${len(self.args) + i + 1}" for i in range(len(values))]
+        self.conditions.append(condition.format(*numbers))
+        self.args.extend(values)
+        return self
+
+
+async def fetch_page(
+    conn: Connection,
+    select: str,
+    filters: Filters,
+    limit: int,
+    after: Position | None,
+    alias: str = "",
+) -> Page:
+    prefix = f"{alias}." if alias else ""
+    if after is not None:
+        filters.add(f"({prefix}created_at, {prefix}id) < ({{}}, {{}})", after[0], after[1])
+    where = " AND ".join(filters.conditions) or "TRUE"
+    sql = (
+        f"{select} WHERE {where} "
+        f"ORDER BY {prefix}created_at DESC, {prefix}id DESC LIMIT {int(limit) + 1}"
+    )
+    rows: Sequence[Record] = await conn.fetch(sql, *filters.args)
+    if len(rows) > limit:
+        kept = list(rows[:limit])
+        return Page(kept, (kept[-1]["created_at"], kept[-1]["id"]))
+    return Page(list(rows), None)

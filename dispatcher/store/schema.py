@@ -1,0 +1,42 @@
+"""Applying schema.sql: idempotent, serialised across replicas by an advisory lock."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from dispatcher.store.database import Database
+
+SCHEMA_VERSION = 1
+_LOCK_KEY = 0x64697370  # "disp"
+
+
+def schema_path() -> Path:
+    """schema.sql at the repository root, or where a wheel install put it."""
+    candidates = [
+        Path(__file__).resolve().parents[2] / "schema.sql",
+        Path(sys.prefix) / "share" / "dispatcher" / "schema.sql",
+    ]
+    for candidate in candidates:
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError("schema.sql not found in " + ", ".join(map(str, candidates)))
+
+
+async def apply_schema(db: Database) -> int:
+    """Bring the database to SCHEMA_VERSION; returns the version now recorded."""
+    sql = schema_path().read_text()
+    async with db.transaction() as conn:
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+        await conn.execute(sql)
+        version: int = await conn.fetchval("SELECT max(version) FROM dispatcher_schema")
+    return version
+
+
+async def current_version(db: Database) -> int | None:
+    async with db.acquire() as conn:
+        exists = await conn.fetchval("SELECT to_regclass('dispatcher_schema') IS NOT NULL")
+        if not exists:
+            return None
+        version: int | None = await conn.fetchval("SELECT max(version) FROM dispatcher_schema")
+        return version

@@ -1,0 +1,82 @@
+"""The command line, run as users run it: a subprocess against a real database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+from dispatcher.store import workspaces
+from dispatcher.store.database import Database
+
+
+async def cli(database_url: str, *args: str) -> tuple[int, str, str]:
+    env = {**os.environ, "DATABASE_URL": database_url, "DISPATCHER_LOG_LEVEL": "warning"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dispatcher", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_create_workspace_number_and_key(database_url: str, db: Database) -> None:
+    code, out, _ = await cli(database_url, "workspaces", "create", "Acme", "--json")
+    assert code == 0
+    workspace_id = json.loads(out)["id"]
+    assert workspace_id.startswith("WS")
+
+    code, out, _ = await cli(database_url, "numbers", "add", workspace_id, "+15555550999", "--json")
+    assert code == 0
+    assert json.loads(out)["id"].startswith("PN")
+
+    code, out, _ = await cli(
+        database_url, "keys", "create", workspace_id,
+        "--scope", "messages:read", "--scope", "webhooks:write", "--json",
+    )  # fmt: skip
+    assert code == 0
+    created = json.loads(out)
+    assert created["id"].startswith("AK") and created["key"].startswith("dk_")
+    key = await workspaces.find_key(db, created["key"])
+    assert key is not None
+    assert key.workspace_id == workspace_id
+    assert key.scopes == {"messages:read", "webhooks:write"}
+    async with db.acquire() as conn:
+        stored = await conn.fetchval("SELECT key_hash FROM api_keys WHERE id = $1", created["id"])
+    assert created["key"].encode() not in bytes(stored)
+
+    code, out, _ = await cli(database_url, "keys", "revoke", created["id"])
+    assert code == 0 and created["id"] in out
+    assert await workspaces.find_key(db, created["key"]) is None
+
+
+async def test_readable_output_without_json(database_url: str) -> None:
+    code, out, _ = await cli(database_url, "workspaces", "create", "Acme")
+    assert code == 0
+    assert out.startswith("created workspace WS")
+
+
+async def test_bad_arguments_exit_non_zero_with_a_message(database_url: str) -> None:
+    code, _, err = await cli(database_url, "numbers", "add", "WSx", "555-1234")
+    assert code == 2 and "E.164" in err
+    code, _, err = await cli(database_url, "keys", "create", "WSx", "--scope", "root")
+    assert code == 2 and "invalid choice" in err
+    code, _, err = await cli(database_url, "numbers", "add", "WS" + "0" * 32, "+15555550998")
+    assert code == 1 and "does not exist" in err
+    code, _, err = await cli(database_url, "keys", "revoke", "AK" + "0" * 32)
+    assert code == 1 and "does not exist" in err
+
+
+async def test_unreachable_database_is_a_clear_error() -> None:
+    code, _, err = await cli("postgresql://postgres@127.0.0.1:1/nothing", "migrate")
+    assert code == 1
+    assert "database unavailable" in err
+
+
+async def test_migrate_is_idempotent(database_url: str) -> None:
+    for _ in range(2):
+        code, out, _ = await cli(database_url, "migrate")
+        assert code == 0
+        assert "version 1" in out

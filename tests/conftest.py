@@ -1,0 +1,162 @@
+"""Real Postgres for every test: DATABASE_URL when set, else an embedded server.
+
+The schema is applied once to a template database; each test gets its own database cloned
+from it (`CREATE DATABASE ... TEMPLATE`), which is fast and fully isolated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from dispatcher.api.app import create_app
+from dispatcher.api.context import SCOPES, Services
+from dispatcher.domain.clock import FakeClock
+from dispatcher.settings import Settings
+from dispatcher.store import schema, workspaces
+from dispatcher.store.database import Database
+from dispatcher.store.embedded import start_embedded, stop_embedded
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        yield url
+        return
+    url, server = start_embedded(tmp_path_factory.mktemp("pg") / "data")
+    yield url
+    stop_embedded(server)
+
+
+@pytest.fixture(scope="session")
+async def template_db(server_url: str) -> AsyncIterator[str]:
+    name = f"dispatcher_tmpl_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    db = await Database.open(with_database(server_url, name), min_size=1, max_size=2)
+    await schema.apply_schema(db)
+    await db.close()
+    yield name
+    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await admin.close()
+
+
+@pytest.fixture
+async def database_url(server_url: str, template_db: str) -> AsyncIterator[str]:
+    name = f"dispatcher_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+        yield with_database(server_url, name)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    database = await Database.open(database_url, min_size=1, max_size=10)
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """Starts at the real time (rows the database stamps with now() stay comparable) and
+    ticks a millisecond per read, so rows made one after another are ordered."""
+    return FakeClock(tick=0.001)
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return Settings(
+        database_url=database_url,
+        sandbox_delay=0.0,
+        allowed_cidrs=Settings.from_env(
+            {"DISPATCHER_ALLOWED_CIDRS": "127.0.0.0/8,::1/128"}
+        ).allowed_cidrs,
+        request_timeout=2.0,
+        poll_interval=0.05,
+    )
+
+
+@pytest.fixture
+async def services(db: Database, settings: Settings, clock: FakeClock) -> Services:
+    key = await workspaces.instance_secret(db, "cursor")
+    return Services(db=db, settings=settings, clock=clock, cursor_key=key)
+
+
+@pytest.fixture
+async def client(services: Services) -> AsyncIterator[TestClient[Any, Any]]:
+    """A real HTTP client against the API served on loopback."""
+    async with TestClient(TestServer(create_app(services), host="127.0.0.1")) as test_client:
+        yield test_client
+
+
+@dataclass
+class Workspace:
+    id: str
+    number: str
+    number_id: str
+    key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+MakeWorkspace = Callable[..., Awaitable[Workspace]]
+
+
+@pytest.fixture
+def make_workspace(db: Database) -> MakeWorkspace:
+    counter = iter(range(1, 10_000))
+
+    async def make(scopes: list[str] | None = None, number: str | None = None) -> Workspace:
+        n = next(counter)
+        workspace_id = await workspaces.create_workspace(db, f"ws{n}")
+        number = number or f"+1555{uuid.uuid4().int % 10**7:07d}"
+        number_id = await workspaces.add_number(db, workspace_id, number)
+        _, key = await workspaces.create_key(db, workspace_id, scopes or sorted(SCOPES))
+        return Workspace(workspace_id, number, number_id, key)
+
+    return make
+
+
+@pytest.fixture
+async def ws(make_workspace: MakeWorkspace) -> Workspace:
+    return await make_workspace()
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool]] | Callable[[], bool],
+    within: float = 10.0,
+    interval: float = 0.01,
+    message: str = "condition",
+) -> None:
+    """Wait for a condition with a deadline (never a bare sleep as synchronisation)."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {message}")
+        await asyncio.sleep(interval)
