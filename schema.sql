@@ -177,8 +177,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     fanned integer;
 BEGIN
-    INSERT INTO deliveries (id, workspace_id, webhook_id, event_id, event_type, next_attempt_at)
-    SELECT dispatcher_new_id('WD'), e.workspace_id, w.id, e.id, e.type, now()
+    INSERT INTO deliveries
+        (id, workspace_id, webhook_id, event_id, event_type, created_at, next_attempt_at)
+    SELECT dispatcher_new_id('WD'), e.workspace_id, w.id, e.id, e.type, e.created_at, e.created_at
     FROM events e
     JOIN webhooks w ON w.workspace_id = e.workspace_id
     WHERE e.id = p_event_id

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from yarl import URL
 
+from dispatcher.domain.events import EVENT_TYPES
 from dispatcher.domain.phone import is_e164
 
 
@@ -56,3 +58,78 @@ class InboundCall(Body):
     to: E164
     status: Literal["ringing", "answered", "completed", "missed", "forwarded"]
     durationSeconds: int | None = Field(default=None, ge=0, le=7 * 86400)
+
+
+def _webhook_url(value: str) -> str:
+    url = URL(value)
+    if url.scheme not in ("http", "https") or not url.is_absolute() or not url.host:
+        raise ValueError("must be an absolute http:// or https:// URL")
+    if url.user is not None or url.password is not None:
+        raise ValueError("must not contain credentials")
+    return value
+
+
+def _event_types(value: list[str]) -> list[str]:
+    unknown = [t for t in value if t not in EVENT_TYPES]
+    if unknown:
+        raise ValueError(f"unknown event type: {', '.join(unknown)} (see docs/events.md)")
+    if len(set(value)) != len(value):
+        raise ValueError("must not repeat an event type")
+    return value
+
+
+def _distinct(value: list[str] | None) -> list[str] | None:
+    if value is not None and len(set(value)) != len(value):
+        raise ValueError("must not repeat a number")
+    return value
+
+
+WebhookUrl = Annotated[str, Field(min_length=1, max_length=2048), AfterValidator(_webhook_url)]
+EventTypes = Annotated[list[str], Field(min_length=1, max_length=64), AfterValidator(_event_types)]
+NumberIds = Annotated[list[str] | None, Field(max_length=1000), AfterValidator(_distinct)]
+Name = Annotated[str | None, Field(max_length=255)]
+Concurrency = Annotated[int | None, Field(ge=1, le=1000)]
+
+
+class CreateWebhook(Body):
+    url: WebhookUrl
+    events: EventTypes
+    name: Name = None
+    numberIds: NumberIds = None
+    maxConcurrency: Concurrency = None
+
+
+class UpdateWebhook(Body):
+    """PATCH: absent keeps; see the interface's table for null and empty values."""
+
+    url: WebhookUrl | None = None
+    events: EventTypes | None = None
+    name: Name = None
+    numberIds: NumberIds = None
+    enabled: bool | None = None
+    maxConcurrency: Concurrency = None
+
+
+class Recover(Body):
+    since: AwareDatetime = Field(strict=False)
+    until: AwareDatetime | None = Field(default=None, strict=False)
+
+
+class PublishEvent(Body):
+    type: str = Field(min_length=1, max_length=100)
+    numberId: str | None = None
+    data: dict[str, Any]
+
+    @field_validator("type")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in EVENT_TYPES:
+            raise ValueError(f"unknown event type: {value} (see docs/events.md)")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _has_id(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(value.get("id"), str) or not value["id"]:
+            raise ValueError("must carry `id`, a non-empty string")
+        return value

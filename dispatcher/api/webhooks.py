@@ -1,0 +1,212 @@
+"""Webhook subscriptions, their secrets and their deliveries."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from aiohttp import web
+
+from dispatcher.api.context import Services, requires
+from dispatcher.api.http import json_response, parse_body
+from dispatcher.api.models import CreateWebhook, Recover, UpdateWebhook
+from dispatcher.api.pagination import Pager
+from dispatcher.api.query import query_choice
+from dispatcher.domain import resources
+from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
+from dispatcher.errors import FieldError, NotFound, ValidationFailed
+from dispatcher.store import deliveries, webhooks, workspaces
+from dispatcher.store.database import Record
+from dispatcher.store.workspaces import ApiKey
+
+routes = web.RouteTableDef()
+
+RECOVER_WINDOW = timedelta(days=14)
+
+
+def _webhook(svc: Services, row: Record) -> dict[str, Any]:
+    return resources.webhook(row, svc.settings.max_concurrency_per_webhook)
+
+
+async def _check_numbers(svc: Services, workspace_id: str, number_ids: list[str] | None) -> None:
+    if not number_ids:
+        return
+    async with svc.db.acquire() as conn:
+        missing = await workspaces.missing_numbers(conn, workspace_id, number_ids)
+    if missing:
+        raise ValidationFailed(
+            [FieldError("body.numberIds", f"not the workspace's numbers: {', '.join(missing)}")]
+        )
+
+
+async def _get_webhook(svc: Services, workspace_id: str, webhook_id: str) -> Record:
+    async with svc.db.acquire() as conn:
+        row = await webhooks.get(conn, workspace_id, webhook_id)
+    if row is None:
+        raise NotFound("webhook not found")
+    return row
+
+
+@routes.post("/v1/webhooks")
+@requires("webhooks:write")
+async def create_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    body = await parse_body(request, CreateWebhook)
+    await _check_numbers(svc, key.workspace_id, body.numberIds)
+    row, secret = await webhooks.create(
+        svc.db,
+        workspace_id=key.workspace_id,
+        url=body.url,
+        events=body.events,
+        name=body.name or None,
+        number_ids=body.numberIds,
+        max_concurrency=body.maxConcurrency,
+        now=svc.clock.now(),
+    )
+    return json_response({**_webhook(svc, row), "secret": secret}, status=201)
+
+
+@routes.get("/v1/webhooks")
+@requires("webhooks:read")
+async def list_webhooks(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    pager = Pager(request, svc.cursor_key, "webhooks", {})
+    page = await webhooks.list_page(svc.db, key.workspace_id, limit=pager.limit, after=pager.after)
+    return json_response(pager.render(page, [_webhook(svc, r) for r in page.rows]))
+
+
+@routes.get("/v1/webhooks/{webhook_id}")
+@requires("webhooks:read")
+async def get_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    row = await _get_webhook(svc, key.workspace_id, request.match_info["webhook_id"])
+    return json_response(_webhook(svc, row))
+
+
+@routes.patch("/v1/webhooks/{webhook_id}")
+@requires("webhooks:write")
+async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    body = await parse_body(request, UpdateWebhook)
+    present = body.model_fields_set
+    errors = [
+        FieldError(f"body.{name}", "must not be null")
+        for name in ("url", "events", "enabled")
+        if name in present and getattr(body, name) is None
+    ]
+    if errors:
+        raise ValidationFailed(errors)
+    changes: dict[str, Any] = {name: getattr(body, name) for name in present}
+    if "name" in changes and not changes["name"]:
+        changes["name"] = None  # null or "" clears the name
+    await _check_numbers(svc, key.workspace_id, changes.get("numberIds"))
+    row = await webhooks.update(
+        svc.db, key.workspace_id, request.match_info["webhook_id"], changes, svc.clock.now()
+    )
+    if row is None:
+        raise NotFound("webhook not found")
+    return json_response(_webhook(svc, row))
+
+
+@routes.delete("/v1/webhooks/{webhook_id}")
+@requires("webhooks:write")
+async def delete_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    webhook_id = request.match_info["webhook_id"]
+    if not await webhooks.delete(svc.db, key.workspace_id, webhook_id, svc.clock.now()):
+        raise NotFound("webhook not found")
+    return web.Response(status=204)
+
+
+@routes.get("/v1/webhooks/{webhook_id}/secret")
+@requires("webhooks:read")
+async def get_secret(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    secret = await webhooks.secret(svc.db, key.workspace_id, request.match_info["webhook_id"])
+    if secret is None:
+        raise NotFound("webhook not found")
+    return json_response({"secret": secret})
+
+
+@routes.post("/v1/webhooks/{webhook_id}/secret/rotate")
+@requires("webhooks:write")
+async def rotate_secret(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    grace = timedelta(seconds=svc.settings.secret_rotation_grace)
+    secret = await webhooks.rotate_secret(
+        svc.db, key.workspace_id, request.match_info["webhook_id"], grace, svc.clock.now()
+    )
+    if secret is None:
+        raise NotFound("webhook not found")
+    return json_response({"secret": secret})
+
+
+@routes.get("/v1/webhooks/{webhook_id}/deliveries")
+@requires("webhooks:read")
+async def list_deliveries(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    webhook_id = request.match_info["webhook_id"]
+    filters = {
+        "webhookId": webhook_id,
+        "status": query_choice(request, "status", ("pending", "delivered", "failed")),
+        "event": query_choice(request, "event", sorted(EVENT_TYPES | {TEST_EVENT})),
+    }
+    pager = Pager(request, svc.cursor_key, "deliveries", filters)
+    async with svc.db.acquire() as conn:
+        # A deleted webhook's deliveries stay readable.
+        if not await webhooks.exists(conn, key.workspace_id, webhook_id, include_deleted=True):
+            raise NotFound("webhook not found")
+    page = await deliveries.list_page(
+        svc.db,
+        key.workspace_id,
+        webhook_id,
+        status=filters["status"],
+        event=filters["event"],
+        limit=pager.limit,
+        after=pager.after,
+    )
+    return json_response(pager.render(page, [resources.delivery(r) for r in page.rows]))
+
+
+@routes.get("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}")
+@requires("webhooks:read")
+async def get_delivery(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    row = await deliveries.get(
+        svc.db,
+        key.workspace_id,
+        request.match_info["webhook_id"],
+        request.match_info["delivery_id"],
+    )
+    if row is None:
+        raise NotFound("delivery not found")
+    return json_response(resources.delivery(row))
+
+
+@routes.post("/v1/webhooks/{webhook_id}/test")
+@requires("webhooks:write")
+async def test_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    row = await deliveries.create_test(
+        svc.db, key.workspace_id, request.match_info["webhook_id"], svc.clock.now()
+    )
+    return json_response(resources.delivery(row), status=202)
+
+
+@routes.post("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/retry")
+@requires("webhooks:write")
+async def retry_delivery(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    row = await deliveries.retry(
+        svc.db,
+        key.workspace_id,
+        request.match_info["webhook_id"],
+        request.match_info["delivery_id"],
+        svc.clock.now(),
+    )
+    return json_response(resources.delivery(row), status=202)
+
+
+@routes.post("/v1/webhooks/{webhook_id}/recover")
+@requires("webhooks:write")
+async def recover_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    body = await parse_body(request, Recover)
+    now = svc.clock.now()
+    until = body.until or now
+    if body.since < now - RECOVER_WINDOW:
+        raise ValidationFailed([FieldError("body.since", "must be at most 14 days ago")])
+    if until <= body.since:
+        raise ValidationFailed([FieldError("body.until", "must be after `since`")])
+    queued = await deliveries.recover(
+        svc.db, key.workspace_id, request.match_info["webhook_id"], body.since, until, now
+    )
+    return json_response({"queued": queued}, status=202)
