@@ -13,7 +13,7 @@ from dispatcher import __version__, log
 from dispatcher.api.context import SCOPES
 from dispatcher.domain.phone import is_e164
 from dispatcher.errors import DispatcherError
-from dispatcher.service import fail, open_database, run, serve
+from dispatcher.service import fail, open_database, run, serve, work
 from dispatcher.settings import Settings
 from dispatcher.store import schema, workspaces
 
@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
     serve_cmd.add_argument("--port", type=int, default=None, help="port (default 8080)")
 
+    commands.add_parser("worker", help="run the delivery engine alone")
     commands.add_parser("migrate", help="apply schema.sql to the database")
 
     ws = commands.add_parser("workspaces", help="manage workspaces")
@@ -103,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             host = args.host or settings.host
             port = settings.port if args.port is None else args.port
             run(serve(settings, host, port))
+        elif args.command == "worker":
+            run(work(settings))
         else:
             run(_admin(settings, args))
     except DispatcherError as exc:

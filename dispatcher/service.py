@@ -15,8 +15,10 @@ from aiohttp import web
 
 from dispatcher.api.app import create_app
 from dispatcher.api.context import SCOPES, Services
+from dispatcher.api.health import ReadinessCheck
 from dispatcher.carrier import SandboxCarrier
 from dispatcher.domain.clock import Clock, SystemClock
+from dispatcher.engine.worker import Engine
 from dispatcher.settings import Settings
 from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
@@ -88,24 +90,46 @@ async def serve(settings: Settings, host: str, port: int) -> None:
             if key is not None:
                 print_demo(key, host, port)
         services = await build_services(db, settings, clock)
+        engine = Engine(db, settings, clock) if settings.engine else None
         app = create_app(services)
+        if engine is not None:
+            app[ReadinessCheck] = [("engine", lambda: engine.running)]
         carrier = SandboxCarrier(db, clock, settings.sandbox_delay)
         background = [asyncio.create_task(carrier.run(), name="carrier")]
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()
-        log.info("api.listening", url=f"http://{host}:{port}")
+        if engine is not None:
+            await engine.start()
+        log.info("api.listening", url=f"http://{host}:{port}", engine=engine is not None)
         try:
             await wait_for_stop_signal()
             log.info("dispatcher.stopping")
         finally:
+            await site.stop()
+            if engine is not None:
+                await engine.stop()
             for task in background:
                 task.cancel()
             for task in background:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await runner.cleanup()
+    log.info("dispatcher.stopped")
+
+
+async def work(settings: Settings) -> None:
+    """The delivery engine alone (`dispatcher worker`), to scale it apart from the API."""
+    log.info("dispatcher.worker.start", settings=settings.redacted())
+    async with open_database(settings) as db:
+        engine = Engine(db, settings, SystemClock())
+        await engine.start()
+        try:
+            await wait_for_stop_signal()
+            log.info("dispatcher.stopping")
+        finally:
+            await engine.stop()
     log.info("dispatcher.stopped")
 
 

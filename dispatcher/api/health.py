@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 
 from dispatcher.api.context import services
@@ -10,7 +12,7 @@ from dispatcher.store import schema
 
 routes = web.RouteTableDef()
 
-ReadinessCheck = web.AppKey("readiness_checks", list[tuple[str, object]])
+ReadinessCheck = web.AppKey("readiness_checks", list[tuple[str, Callable[[], bool]]])
 
 
 @routes.get("/healthz")
@@ -31,7 +33,7 @@ async def readyz(request: web.Request) -> web.Response:
         checks["database"] = False
         checks["schema"] = False
     for name, probe in request.app.get(ReadinessCheck, []):
-        checks[name] = bool(probe() if callable(probe) else probe)
+        checks[name] = probe()
     ready = all(checks.values())
     return json_response({"status": "ok" if ready else "unavailable", "checks": checks},
                          status=200 if ready else 503)  # fmt: skip

@@ -1,0 +1,1 @@
+"""The delivery engine: claim, sign, send, record, retry, disable. Never imports the API."""

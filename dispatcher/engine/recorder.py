@@ -1,0 +1,129 @@
+"""Results are buffered and written in batches: one `unnest` statement per flush, when the
+buffer is full or a few milliseconds have passed (as PgQueuer does)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+import structlog
+
+from dispatcher import metrics
+from dispatcher.domain.clock import Clock
+from dispatcher.errors import DispatcherError
+from dispatcher.store import queue
+from dispatcher.store.database import Database
+
+log = structlog.get_logger("dispatcher.engine")
+
+
+class Recorder:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        owner: str,
+        clock: Clock,
+        disable_after: float,
+        max_batch: int = 500,
+        max_delay: float = 0.01,
+        on_flushed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.db = db
+        self.owner = owner
+        self.clock = clock
+        self.disable_after = disable_after
+        self.max_batch = max_batch
+        self.max_delay = max_delay
+        self.on_flushed = on_flushed
+        self._buffer: list[queue.Result] = []
+        self._has_items = asyncio.Event()
+        self._full = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._healthy = True
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def add(self, result: queue.Result) -> None:
+        self._buffer.append(result)
+        self._has_items.set()
+        if len(self._buffer) >= self.max_batch:
+            self._full.set()
+
+    async def run(self) -> None:
+        backoff = 0.1
+        while True:
+            await self._has_items.wait()
+            if len(self._buffer) < self.max_batch:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._full.wait(), timeout=self.max_delay)
+            if await self.flush_once():
+                backoff = 0.1
+            else:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def flush_once(self) -> bool:
+        """Write up to one batch; False when the database refused (results are kept)."""
+        async with self._lock:
+            batch = self._buffer[: self.max_batch]
+            if not batch:
+                self._has_items.clear()
+                return True
+            started = time.perf_counter()
+            try:
+                recorded = await queue.record(
+                    self.db,
+                    owner=self.owner,
+                    results=batch,
+                    now=self.clock.now(),
+                    disable_after=self.disable_after,
+                )
+            except DispatcherError as exc:
+                if self._healthy:
+                    log.warning("recorder.unavailable", error=str(exc), buffered=len(self._buffer))
+                self._healthy = False
+                return False
+            if not self._healthy:
+                log.info("recorder.recovered", buffered=len(self._buffer))
+            self._healthy = True
+            metrics.RECORD_DURATION.observe(time.perf_counter() - started)
+            metrics.RECORD_BATCH.observe(len(batch))
+            del self._buffer[: len(batch)]
+            if not self._buffer:
+                self._has_items.clear()
+            self._full.clear()
+            if len(self._buffer) >= self.max_batch:
+                self._full.set()
+        self._report(batch, recorded)
+        self.on_flushed()
+        return True
+
+    async def flush_all(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        while self._buffer and loop.time() < deadline:
+            if not await self.flush_once():
+                await asyncio.sleep(0.1)
+
+    def _report(self, batch: list[queue.Result], recorded: queue.Recorded) -> None:
+        applied = set(recorded.applied)
+        for result in batch:
+            if result.id not in applied or result.status != "failed":
+                continue
+            reason = "gone" if result.gone else "exhausted"
+            metrics.GIVEN_UP.labels(reason).inc()
+            log.warning(
+                "delivery.given_up",
+                delivery_id=result.id,
+                webhook_id=result.webhook_id,
+                reason=reason,
+                attempts=result.attempts_before + 1,
+                last_error=result.last_error,
+            )
+        for webhook_id, reason in recorded.disabled.items():
+            metrics.WEBHOOKS_DISABLED.labels(reason).inc()
+            log.warning("webhook.disabled", webhook_id=webhook_id, reason=reason)

@@ -1,0 +1,209 @@
+"""Sending one attempt: the only module that uses an HTTP client.
+
+One pooled `ClientSession` per process (keep-alive, DNS cache, a total connection limit).
+Every destination passes the address guard, applied to the addresses actually connected to:
+literal IPs before the request, names inside the resolver, so a name cannot resolve to one
+address when checked and another when connected.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+from yarl import URL
+
+from dispatcher import __version__
+from dispatcher.domain.addresses import Network, blocked_reason
+from dispatcher.domain.signing import secret_key, sign
+
+MAX_RESPONSE_BYTES = 64 * 1024
+USER_AGENT = f"dispatcher/{__version__}"
+
+
+class BlockedAddress(OSError):
+    """The destination resolves only to addresses the guard refuses."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str  # success | http_error | timeout | connection_error | blocked
+    status: int | None
+    elapsed_ms: int
+    error: str | None
+    retry_after: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.kind == "success"
+
+
+class GuardedResolver(AbstractResolver):
+    """Resolves as usual, then drops every address the guard refuses."""
+
+    def __init__(self, allowed: Sequence[Network], inner: AbstractResolver | None = None) -> None:
+        self.allowed = tuple(allowed)
+        self.inner = inner or DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self.inner.resolve(host, port, family)
+        kept = []
+        reasons = []
+        for result in results:
+            reason = blocked_reason(ipaddress.ip_address(result["host"]), self.allowed)
+            if reason is None:
+                kept.append(result)
+            else:
+                reasons.append(reason)
+        if not kept:
+            raise BlockedAddress(reasons[0] if reasons else "no address")
+        return kept
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class Sender:
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        allowed: Sequence[Network],
+        max_connections: int,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.timeout = timeout
+        self.allowed = tuple(allowed)
+        self.max_connections = max_connections
+        self.wall_clock = wall_clock
+        self._session: aiohttp.ClientSession | None = None
+        self._keys: dict[str, bytes] = {}
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=self.max_connections,
+            limit_per_host=0,
+            use_dns_cache=True,
+            ttl_dns_cache=30,
+            resolver=GuardedResolver(self.allowed),
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+            trust_env=False,  # never route webhooks through an ambient proxy
+            auto_decompress=False,
+            skip_auto_headers=("Accept-Encoding",),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _key(self, secret: str) -> bytes:
+        key = self._keys.get(secret)
+        if key is None:
+            if len(self._keys) > 10_000:
+                self._keys.clear()
+            key = self._keys[secret] = secret_key(secret)
+        return key
+
+    def headers(self, delivery_id: str, secrets: Sequence[str], body: bytes) -> dict[str, str]:
+        timestamp = int(self.wall_clock())
+        return {
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            "webhook-id": delivery_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": sign(
+                [self._key(s) for s in secrets], delivery_id, timestamp, body
+            ),
+        }
+
+    async def send(
+        self, url: str, delivery_id: str, secrets: Sequence[str], body: bytes
+    ) -> Outcome:
+        assert self._session is not None, "Sender.start() first"
+        started = time.perf_counter()
+
+        def done(kind: str, status: int | None, error: str | None, **extra: Any) -> Outcome:
+            elapsed = int((time.perf_counter() - started) * 1000)
+            return Outcome(kind, status, elapsed, error, **extra)
+
+        literal = _literal_ip(url)
+        if literal is not None:
+            reason = blocked_reason(literal, self.allowed)
+            if reason is not None:
+                return done("blocked", None, f"blocked: {reason}")
+        try:
+            async with self._session.post(
+                url,
+                data=body,
+                headers=self.headers(delivery_id, secrets, body),
+                allow_redirects=False,
+            ) as response:
+                complete = await _drain(response)
+                if not complete:
+                    response.close()  # do not keep a connection with unread bytes
+                status = response.status
+                if 200 <= status < 300:
+                    return done("success", status, None)
+                error = f"HTTP {status}"
+                if 300 <= status < 400:
+                    error += " (redirects are not followed)"
+                return done(
+                    "http_error", status, error, retry_after=response.headers.get("Retry-After")
+                )
+        except TimeoutError:
+            return done("timeout", None, f"timeout after {self.timeout:g}s")
+        except aiohttp.ClientConnectorDNSError as exc:
+            if isinstance(exc.os_error, BlockedAddress):
+                return done("blocked", None, f"blocked: {exc.os_error}")
+            return done("connection_error", None, "DNS lookup failed")
+        except aiohttp.ClientConnectorCertificateError:
+            return done("connection_error", None, "TLS certificate verification failed")
+        except aiohttp.ClientSSLError:
+            return done("connection_error", None, "TLS handshake failed")
+        except aiohttp.ClientConnectorError as exc:
+            refused = isinstance(exc.os_error, ConnectionRefusedError)
+            return done(
+                "connection_error", None, "connection refused" if refused else "connection failed"
+            )
+        except aiohttp.ServerDisconnectedError:
+            return done("connection_error", None, "connection closed before a response")
+        except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError):
+            return done("connection_error", None, "response interrupted")
+        except aiohttp.ClientError as exc:
+            return done("connection_error", None, f"connection error: {type(exc).__name__}")
+        except OSError as exc:
+            return done("connection_error", None, f"connection error: {exc.strerror or 'I/O'}")
+
+
+async def _drain(response: aiohttp.ClientResponse) -> bool:
+    """Read the body up to 64 KiB, then stop; True when the whole body was read."""
+    read = 0
+    while read < MAX_RESPONSE_BYTES:
+        chunk = await response.content.read(MAX_RESPONSE_BYTES - read)
+        if not chunk:
+            return True
+        read += len(chunk)
+    return response.content.at_eof()
+
+
+def _literal_ip(url: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    host = URL(url).host
+    if host is None:
+        return None
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None

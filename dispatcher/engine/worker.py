@@ -1,0 +1,267 @@
+"""The engine: claim due deliveries, send them with per-endpoint limits, record the results.
+
+One claim loop per process. Attempts run as tasks; each endpoint has at most its
+`maxConcurrency` in flight, so a slow or dead endpoint holds only its own slots. The loop
+wakes on NOTIFY (new work), on freed capacity, and by polling (retries that became due).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+
+import structlog
+
+from dispatcher import metrics
+from dispatcher.domain.clock import Clock, SystemClock
+from dispatcher.domain.retry import RetryPolicy, parse_retry_after
+from dispatcher.engine.recorder import Recorder
+from dispatcher.engine.sender import Outcome, Sender
+from dispatcher.errors import DispatcherError
+from dispatcher.settings import Settings
+from dispatcher.store import queue
+from dispatcher.store.database import Database
+from dispatcher.store.notifications import DELIVERIES_CHANNEL, Listener
+
+log = structlog.get_logger("dispatcher.engine")
+
+# After a wake-up caused by finished attempts, wait this long so that one claim picks up
+# the slots of many finished attempts instead of one claim per attempt.
+COALESCE_SECONDS = 0.002
+
+
+class Engine:
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        clock: Clock | None = None,
+        *,
+        owner: str | None = None,
+        rand: Callable[[], float] = random.random,
+        listen: bool = True,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.owner = owner or f"engine-{uuid.uuid4().hex[:12]}"
+        self.rand = rand
+        self.policy = RetryPolicy(settings.retry_schedule)
+        self.lease = timedelta(seconds=settings.lease_seconds)
+        self.sender = Sender(
+            timeout=settings.request_timeout,
+            allowed=settings.allowed_cidrs,
+            max_connections=settings.max_in_flight,
+        )
+        self.recorder = Recorder(
+            db,
+            owner=self.owner,
+            clock=self.clock,
+            disable_after=settings.disable_after,
+            max_batch=max(settings.claim_batch_size, 100),
+            on_flushed=self.poke,
+        )
+        self.listener = Listener(db.url, DELIVERIES_CHANNEL, self.poke) if listen else None
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._per_webhook: Counter[str] = Counter()
+        self._limits: dict[str, int] = {}
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._db_healthy = True
+        self.running = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.sender.start()
+        self._tasks = [
+            asyncio.create_task(self.recorder.run(), name="engine-recorder"),
+            asyncio.create_task(self._loop(), name="engine-claim-loop"),
+        ]
+        if self.listener is not None:
+            self._tasks.append(asyncio.create_task(self.listener.run(), name="engine-listener"))
+        self.running = True
+        metrics.ENGINE_RUNNING.set(1)
+        log.info("engine.started", owner=self.owner)
+
+    async def stop(self) -> None:
+        """Stop claiming; let attempts in flight finish until the deadline; release the rest;
+        write every result; close."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self.poke()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.shutdown_timeout
+        claim_loop = self._tasks[1] if len(self._tasks) > 1 else None
+        if claim_loop is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await claim_loop
+        attempts = list(self._in_flight.values())
+        if attempts:
+            await asyncio.wait(attempts, timeout=max(deadline - loop.time(), 0))
+        unfinished = [d for d, task in self._in_flight.items() if not task.done()]
+        for delivery_id in unfinished:
+            self._in_flight[delivery_id].cancel()
+        for task in list(self._in_flight.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.recorder.flush_all(deadline=loop.time() + 10.0)
+        if unfinished:
+            with contextlib.suppress(DispatcherError):
+                released = await queue.release(
+                    self.db, owner=self.owner, delivery_ids=unfinished, now=self.clock.now()
+                )
+                log.info("engine.released", count=released)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.sender.close()
+        self.running = False
+        metrics.ENGINE_RUNNING.set(0)
+        log.info("engine.stopped", owner=self.owner, unfinished=len(unfinished))
+
+    def poke(self) -> None:
+        """Wake the claim loop (new work, or capacity came back)."""
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    # -- claiming ----------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        backoff = 0.2
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                claimed, asked = await self.claim_once()
+            except DispatcherError as exc:
+                if self._db_healthy:
+                    log.warning("engine.database_unavailable", error=str(exc))
+                self._db_healthy = False
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            if not self._db_healthy:
+                log.info("engine.database_recovered")
+            self._db_healthy = True
+            backoff = 0.2
+            if asked and claimed >= asked:
+                await asyncio.sleep(0)  # a full batch: more may be due; claim again at once
+                continue
+            await self._sleep(self.settings.poll_interval)
+            if not self._stopping:
+                await asyncio.sleep(COALESCE_SECONDS)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+
+    async def claim_once(self) -> tuple[int, int]:
+        """Claim what fits in the free capacity and start the attempts; (claimed, asked)."""
+        free = self.settings.max_in_flight - len(self._in_flight)
+        asked = min(self.settings.claim_batch_size, free)
+        if asked <= 0:
+            return 0, 0
+        full = [w for w, n in self._per_webhook.items() if n >= self._limits.get(w, 1)]
+        started = time.perf_counter()
+        rows = await queue.claim(
+            self.db,
+            owner=self.owner,
+            now=self.clock.now(),
+            limit=asked,
+            skip_webhooks=full,
+            default_concurrency=self.settings.max_concurrency_per_webhook,
+            lease=self.lease,
+        )
+        metrics.CLAIM_DURATION.observe(time.perf_counter() - started)
+        metrics.CLAIM_BATCH.observe(len(rows))
+        metrics.ENGINE_LAST_CLAIM.set(time.time())
+        for row in rows:
+            self._start_attempt(row)
+        return len(rows), asked
+
+    def _start_attempt(self, claimed: queue.Claimed) -> None:
+        self._per_webhook[claimed.webhook_id] += 1
+        self._limits[claimed.webhook_id] = claimed.max_concurrency
+        task = asyncio.create_task(self._attempt(claimed))
+        self._in_flight[claimed.id] = task
+        self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        metrics.IN_FLIGHT.set(len(self._in_flight))
+        metrics.AT_LIMIT.set(
+            sum(1 for w, n in self._per_webhook.items() if n >= self._limits.get(w, 1))
+        )
+
+    # -- one attempt ---------------------------------------------------------------------
+
+    async def _attempt(self, claimed: queue.Claimed) -> None:
+        try:
+            lag = (self.clock.now() - claimed.due_at).total_seconds()
+            metrics.LAG.observe(max(lag, 0.0))
+            outcome = await self.sender.send(
+                claimed.url, claimed.id, claimed.secrets, claimed.payload
+            )
+            self._observe(claimed, outcome)
+            self.recorder.add(self.decide(claimed, outcome))
+        finally:
+            self._in_flight.pop(claimed.id, None)
+            self._per_webhook[claimed.webhook_id] -= 1
+            if self._per_webhook[claimed.webhook_id] <= 0:
+                del self._per_webhook[claimed.webhook_id]
+                self._limits.pop(claimed.webhook_id, None)
+            self._update_gauges()
+            self.poke()
+
+    def _observe(self, claimed: queue.Claimed, outcome: Outcome) -> None:
+        metrics.ATTEMPTS.labels(outcome.kind, metrics.status_class(outcome.status)).inc()
+        metrics.ATTEMPT_DURATION.labels(outcome.kind).observe(outcome.elapsed_ms / 1000)
+        if self.settings.metrics_per_webhook:
+            metrics.WEBHOOK_ATTEMPTS.labels(claimed.webhook_id, outcome.kind).inc()
+        if outcome.succeeded:
+            e2e = (self.clock.now() - claimed.event_created_at).total_seconds()
+            metrics.END_TO_END.observe(max(e2e, 0.0))
+
+    def decide(self, claimed: queue.Claimed, outcome: Outcome) -> queue.Result:
+        """What an attempt's outcome means for its delivery: done, again later, or given up."""
+        now = self.clock.now()
+        status, error, next_at, gave_up = "failed", outcome.error, None, True
+        gone = outcome.status == 410
+        if outcome.succeeded:
+            status, error, gave_up = "delivered", None, False
+        elif gone:
+            error = "HTTP 410 (gone: webhook disabled)"
+        else:
+            retry_after = None
+            if outcome.status in (429, 503):
+                retry_after = parse_retry_after(outcome.retry_after, now)
+            delay = self.policy.delay_after(claimed.attempts + 1, retry_after, self.rand)
+            if delay is not None:
+                status, next_at, gave_up = "pending", now + timedelta(seconds=delay), False
+        return queue.Result(
+            id=claimed.id,
+            webhook_id=claimed.webhook_id,
+            attempts_before=claimed.attempts,
+            status=status,
+            response_status=outcome.status,
+            response_ms=outcome.elapsed_ms,
+            last_error=error,
+            delivered_at=now if outcome.succeeded else None,
+            next_attempt_at=next_at,
+            finished_at=now,
+            succeeded=outcome.succeeded,
+            gone=gone,
+            gave_up=gave_up,
+        )

@@ -1,0 +1,112 @@
+"""Every Prometheus metric, defined once. Imports nothing from the package.
+
+Names follow Prometheus conventions: `dispatcher_` prefix, base units, `_total` counters,
+`_seconds` durations. Labels have bounded cardinality: no delivery ids, no URLs; the one
+per-webhook series is only written when DISPATCHER_METRICS_PER_WEBHOOK is on.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500)
+
+# Delivery attempts
+ATTEMPTS = Counter(
+    "dispatcher_delivery_attempts_total",
+    "Delivery attempts by outcome (success, http_error, timeout, connection_error, blocked) "
+    "and HTTP status class (2xx..5xx, or none when nothing answered).",
+    ["outcome", "status_class"],
+)
+WEBHOOK_ATTEMPTS = Counter(
+    "dispatcher_webhook_delivery_attempts_total",
+    "Delivery attempts per webhook and outcome (only with DISPATCHER_METRICS_PER_WEBHOOK=on).",
+    ["webhook", "outcome"],
+)
+ATTEMPT_DURATION = Histogram(
+    "dispatcher_delivery_attempt_duration_seconds",
+    "Duration of one attempt, connect to last byte read.",
+    ["outcome"],
+    buckets=LATENCY_BUCKETS,
+)
+LAG = Histogram(
+    "dispatcher_delivery_lag_seconds",
+    "Time from a delivery being due to its attempt starting.",
+    buckets=LAG_BUCKETS,
+)
+END_TO_END = Histogram(
+    "dispatcher_delivery_end_to_end_seconds",
+    "Time from event creation to successful delivery.",
+    buckets=LAG_BUCKETS,
+)
+GIVEN_UP = Counter(
+    "dispatcher_deliveries_given_up_total",
+    "Deliveries given up by the engine (exhausted retries, or 410 Gone).",
+    ["reason"],
+)
+WEBHOOKS_DISABLED = Counter(
+    "dispatcher_webhooks_disabled_total",
+    "Webhooks disabled by the engine, by reason (failing, gone).",
+    ["reason"],
+)
+IN_FLIGHT = Gauge("dispatcher_delivery_requests_in_flight", "Delivery requests in flight now.")
+AT_LIMIT = Gauge(
+    "dispatcher_webhooks_at_concurrency_limit",
+    "Webhooks whose in-flight requests (in this process) are at their concurrency limit.",
+)
+
+# Events and fan-out
+EVENTS_PUBLISHED = Counter(
+    "dispatcher_events_published_total",
+    "Events stored by this process, by source (api, inbound, carrier, test) and type.",
+    ["source", "type"],
+)
+FANNED_OUT = Counter(
+    "dispatcher_deliveries_fanned_out_total", "Deliveries created by fan-out in this process."
+)
+
+# Queue
+QUEUE_DUE = Gauge("dispatcher_queue_due_deliveries", "Deliveries due now and not claimed.")
+QUEUE_OLDEST_AGE = Gauge(
+    "dispatcher_queue_oldest_due_age_seconds", "Age of the oldest due, unclaimed delivery."
+)
+CLAIM_BATCH = Histogram(
+    "dispatcher_claim_batch_size", "Deliveries claimed per claim statement.", buckets=BATCH_BUCKETS
+)
+CLAIM_DURATION = Histogram(
+    "dispatcher_claim_duration_seconds", "Duration of the claim statement.", buckets=LATENCY_BUCKETS
+)
+RECORD_BATCH = Histogram(
+    "dispatcher_record_batch_size", "Results written per record flush.", buckets=BATCH_BUCKETS
+)
+RECORD_DURATION = Histogram(
+    "dispatcher_record_duration_seconds",
+    "Duration of one record flush (one transaction).",
+    buckets=LATENCY_BUCKETS,
+)
+ENGINE_LAST_CLAIM = Gauge(
+    "dispatcher_engine_last_claim_timestamp_seconds",
+    "Unix time of the engine's last claim statement (successful or empty).",
+)
+ENGINE_RUNNING = Gauge("dispatcher_engine_running", "1 while the engine loop runs.")
+DB_POOL_IN_USE = Gauge("dispatcher_db_pool_connections_in_use", "Pool connections in use.")
+DB_POOL_SIZE = Gauge("dispatcher_db_pool_connections", "Pool connections open.")
+
+# API
+HTTP_REQUESTS = Counter(
+    "dispatcher_http_requests_total",
+    "API requests by route template, method and status.",
+    ["route", "method", "status"],
+)
+HTTP_DURATION = Histogram(
+    "dispatcher_http_request_duration_seconds",
+    "API request latency by route template and method.",
+    ["route", "method"],
+    buckets=LATENCY_BUCKETS,
+)
+
+
+def status_class(status: int | None) -> str:
+    return "none" if status is None else f"{status // 100}xx"

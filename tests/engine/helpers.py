@@ -1,0 +1,53 @@
+"""Small steps the engine tests share: subscribe, publish, read a delivery back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from dispatcher.store.database import Database
+from tests.conftest import Workspace, wait_for
+
+
+async def subscribe(
+    client: TestClient[Any, Any], ws: Workspace, url: str, **fields: Any
+) -> dict[str, Any]:
+    body = {"url": url, "events": ["contact.updated"], **fields}
+    resp = await client.post("/v1/webhooks", json=body, headers=ws.headers)
+    assert resp.status == 201, await resp.text()
+    hook: dict[str, Any] = await resp.json()
+    return hook
+
+
+async def publish(client: TestClient[Any, Any], ws: Workspace, data_id: str = "CT1") -> Any:
+    resp = await client.post(
+        "/v1/events", json={"type": "contact.updated", "data": {"id": data_id}}, headers=ws.headers
+    )
+    assert resp.status == 202, await resp.text()
+    return await resp.json()
+
+
+async def deliveries(client: TestClient[Any, Any], ws: Workspace, hook_id: str) -> list[Any]:
+    resp = await client.get(f"/v1/webhooks/{hook_id}/deliveries?limit=100", headers=ws.headers)
+    assert resp.status == 200
+    data: list[Any] = (await resp.json())["data"]
+    return data
+
+
+async def only_delivery(client: TestClient[Any, Any], ws: Workspace, hook_id: str) -> Any:
+    (delivery,) = await deliveries(client, ws, hook_id)
+    return delivery
+
+
+async def recorded_attempts(db: Database) -> int:
+    """Attempts written to the database (a request seen by the receiver may not be yet)."""
+    async with db.acquire() as conn:
+        return int(await conn.fetchval("SELECT coalesce(sum(attempts), 0) FROM deliveries"))
+
+
+async def wait_recorded(db: Database, n: int) -> None:
+    async def enough() -> bool:
+        return await recorded_attempts(db) >= n
+
+    await wait_for(enough, message=f"{n} attempts recorded")
