@@ -19,6 +19,10 @@ test: $(STAMP)
 	$(BIN)/ruff check dispatcher tests benchmarks
 	$(BIN)/ruff format --check dispatcher tests benchmarks
 	$(BIN)/mypy
+	@if command -v promtool >/dev/null && [ -f deploy/prometheus/alerts_test.yml ]; then \
+	  promtool check rules deploy/prometheus/alerts.yml && \
+	  promtool test rules deploy/prometheus/alerts_test.yml; \
+	else echo "promtool not installed: alert rule checks skipped (CI installs it)"; fi
 	$(BIN)/pytest -q
 
 bench: $(STAMP)

@@ -91,6 +91,10 @@ ENGINE_LAST_CLAIM = Gauge(
     "Unix time of the engine's last claim statement (successful or empty).",
 )
 ENGINE_RUNNING = Gauge("dispatcher_engine_running", "1 while the engine loop runs.")
+READY = Gauge(
+    "dispatcher_ready",
+    "1 when the process's periodic readiness self-check passed (database, schema, engine).",
+)
 DB_POOL_IN_USE = Gauge("dispatcher_db_pool_connections_in_use", "Pool connections in use.")
 DB_POOL_SIZE = Gauge("dispatcher_db_pool_connections", "Pool connections open.")
 

@@ -13,9 +13,11 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from dispatcher import monitor
 from dispatcher.api.app import create_app
 from dispatcher.api.context import SCOPES, Services
 from dispatcher.api.health import ReadinessCheck
+from dispatcher.api.metrics import metrics_only_app
 from dispatcher.carrier import SandboxCarrier
 from dispatcher.domain.clock import Clock, SystemClock
 from dispatcher.engine.worker import Engine
@@ -95,11 +97,16 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         if engine is not None:
             app[ReadinessCheck] = [("engine", lambda: engine.running)]
         carrier = SandboxCarrier(db, clock, settings.sandbox_delay)
-        background = [asyncio.create_task(carrier.run(), name="carrier")]
+        engine_ok = (lambda: engine.running) if engine is not None else (lambda: True)
+        background = [
+            asyncio.create_task(carrier.run(), name="carrier"),
+            asyncio.create_task(monitor.run(db, clock, engine_ok), name="monitor"),
+        ]
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()
+        metrics_runner = await start_metrics_port(settings, host)
         if engine is not None:
             await engine.start()
         log.info("api.listening", url=f"http://{host}:{port}", engine=engine is not None)
@@ -116,20 +123,41 @@ async def serve(settings: Settings, host: str, port: int) -> None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await runner.cleanup()
+            if metrics_runner is not None:
+                await metrics_runner.cleanup()
     log.info("dispatcher.stopped")
+
+
+async def start_metrics_port(settings: Settings, host: str) -> web.AppRunner | None:
+    """Serve /metrics on DISPATCHER_METRICS_PORT too, when set."""
+    if settings.metrics_port is None:
+        return None
+    runner = web.AppRunner(metrics_only_app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, settings.metrics_port).start()
+    log.info("metrics.listening", url=f"http://{host}:{settings.metrics_port}/metrics")
+    return runner
 
 
 async def work(settings: Settings) -> None:
     """The delivery engine alone (`dispatcher worker`), to scale it apart from the API."""
     log.info("dispatcher.worker.start", settings=settings.redacted())
     async with open_database(settings) as db:
-        engine = Engine(db, settings, SystemClock())
+        clock = SystemClock()
+        engine = Engine(db, settings, clock)
         await engine.start()
+        watcher = asyncio.create_task(monitor.run(db, clock, lambda: engine.running))
+        metrics_runner = await start_metrics_port(settings, settings.host)
         try:
             await wait_for_stop_signal()
             log.info("dispatcher.stopping")
         finally:
             await engine.stop()
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            if metrics_runner is not None:
+                await metrics_runner.cleanup()
     log.info("dispatcher.stopped")
 
 

@@ -26,6 +26,8 @@ from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.embedded import start_embedded, stop_embedded
 
+pytest_plugins = ["tests.receiver"]
+
 
 def with_database(url: str, name: str) -> str:
     parts = urlsplit(url)

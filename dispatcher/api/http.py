@@ -14,6 +14,7 @@ import structlog
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from dispatcher import metrics
 from dispatcher.errors import (
     Conflict,
     DatabaseUnavailable,
@@ -124,8 +125,11 @@ def _request_id(request: web.Request) -> str:
     return incoming if _REQUEST_ID_SHAPE.match(incoming) else uuid.uuid4().hex
 
 
-RequestObserver = Callable[[web.Request, int, float], None]
-OBSERVERS = web.AppKey("observers", list[RequestObserver])
+def route_template(request: web.Request) -> str:
+    """The route as declared (`/v1/webhooks/{webhook_id}`): bounded, and free of ids."""
+    info = request.match_info
+    resource = info.route.resource if info is not None and info.route is not None else None
+    return resource.canonical if resource is not None else "unmatched"
 
 
 @web.middleware
@@ -153,8 +157,17 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         response = _error_response(from_domain(DispatcherError()), trace)
     response.headers[REQUEST_ID_HEADER] = trace
     elapsed = time.perf_counter() - started
-    for observe in request.app.get(OBSERVERS, []):
-        observe(request, response.status, elapsed)
+    route = route_template(request)
+    metrics.HTTP_REQUESTS.labels(route, request.method, str(response.status)).inc()
+    metrics.HTTP_DURATION.labels(route, request.method).observe(elapsed)
+    log.info(
+        "api.request",
+        method=request.method,
+        route=route,
+        status=response.status,
+        duration_ms=round(elapsed * 1000, 2),
+        request_id=trace,
+    )
     return response
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import structlog
 from aiohttp import web
 
 from dispatcher.api.context import Services, requires
@@ -20,6 +21,7 @@ from dispatcher.store.database import Record
 from dispatcher.store.workspaces import ApiKey
 
 routes = web.RouteTableDef()
+log = structlog.get_logger("dispatcher.api")
 
 RECOVER_WINDOW = timedelta(days=14)
 
@@ -101,6 +103,8 @@ async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
     )
     if row is None:
         raise NotFound("webhook not found")
+    if changes.get("enabled") is False:
+        log.info("webhook.disabled", webhook_id=row["id"], reason=row["disabled_reason"])
     return json_response(_webhook(svc, row))
 
 

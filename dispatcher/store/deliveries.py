@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from dispatcher import metrics
 from dispatcher.domain import ids
 from dispatcher.domain.events import TEST_EVENT, envelope
 from dispatcher.errors import Conflict, NotFound
@@ -77,6 +78,8 @@ async def create_test(db: Database, workspace_id: str, webhook_id: str, now: dat
             payload,
             now,
         )
+        metrics.EVENTS_PUBLISHED.labels("test", TEST_EVENT).inc()
+        metrics.FANNED_OUT.inc()
         delivery_id = ids.new_id(ids.DELIVERY)
         await conn.execute(
             "INSERT INTO deliveries (id, workspace_id, webhook_id, event_id, event_type, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from dispatcher import metrics
 from dispatcher.domain import ids
 from dispatcher.domain.events import envelope
 from dispatcher.store.database import Connection, Database, Record
@@ -42,6 +43,8 @@ async def append_event(
         created_at,
     )
     fanned: int = await conn.fetchval("SELECT dispatcher_fan_out($1)", event_id)
+    metrics.EVENTS_PUBLISHED.labels(source, event_type).inc()
+    metrics.FANNED_OUT.inc(fanned)
     return event_id, payload, fanned
 
 

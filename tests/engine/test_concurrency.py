@@ -14,8 +14,8 @@ from dispatcher.engine.worker import Engine
 from dispatcher.store import queue
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
-from tests.engine.conftest import EngineFactory, Receiver
 from tests.engine.helpers import deliveries, publish, subscribe
+from tests.receiver import EngineFactory, Receiver
 
 
 async def bulk_publish(db: Database, ws: Workspace, n: int) -> None:

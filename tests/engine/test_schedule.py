@@ -12,8 +12,8 @@ from dispatcher.engine.worker import Engine
 from dispatcher.settings import DEFAULT_RETRY_SCHEDULE
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
-from tests.engine.conftest import EngineFactory, Receiver, answer
 from tests.engine.helpers import deliveries, only_delivery, publish, subscribe, wait_recorded
+from tests.receiver import EngineFactory, Receiver, answer
 
 
 async def attempts_reach(

@@ -15,8 +15,8 @@ from standardwebhooks.webhooks import Webhook
 from dispatcher import __version__
 from dispatcher.domain.clock import FakeClock
 from tests.conftest import Workspace, wait_for
-from tests.engine.conftest import EngineFactory, Receiver, answer
 from tests.engine.helpers import only_delivery, publish, subscribe
+from tests.receiver import EngineFactory, Receiver, answer
 
 
 async def settled(

@@ -1,0 +1,89 @@
+"""Logs: one line per API request with its fields; never a secret or an API key."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+import structlog
+from aiohttp.test_utils import TestClient
+
+from dispatcher import log
+from dispatcher.settings import Settings
+from dispatcher.store.database import Database
+from tests.conftest import Workspace
+from tests.engine.helpers import publish, subscribe, wait_recorded
+from tests.receiver import EngineFactory, Receiver, answer
+
+
+@pytest.fixture
+def captured() -> Iterator[io.StringIO]:
+    buffer = io.StringIO()
+    log.configure("json", "debug", stream=buffer)
+    yield buffer
+    structlog.reset_defaults()
+
+
+def lines(buffer: io.StringIO) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in buffer.getvalue().splitlines() if line.strip()]
+
+
+async def test_every_request_is_logged_with_its_fields(
+    captured: io.StringIO, client: TestClient[Any, Any], ws: Workspace
+) -> None:
+    resp = await client.get("/v1/messages/MSnope", headers=ws.headers)
+    (entry,) = [e for e in lines(captured) if e["event"] == "api.request"]
+    assert entry["method"] == "GET"
+    assert entry["route"] == "/v1/messages/{message_id}"
+    assert entry["status"] == 404
+    assert entry["request_id"] == resp.headers["X-Request-Id"]
+    assert isinstance(entry["duration_ms"], float)
+    assert entry["level"] == "info" and "timestamp" in entry
+
+
+async def test_no_secret_or_key_reaches_the_log(
+    captured: io.StringIO,
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    receiver: Receiver,
+    make_engine: EngineFactory,
+    db: Database,
+) -> None:
+    receiver.behaviours["/gone"] = answer(410)
+    hook = await subscribe(client, ws, receiver.url())
+    gone = await subscribe(client, ws, receiver.url("/gone"))
+    rotated = await client.post(f"/v1/webhooks/{hook['id']}/secret/rotate", headers=ws.headers)
+    fresh = (await rotated.json())["secret"]
+    await client.get(f"/v1/webhooks/{hook['id']}/secret", headers=ws.headers)
+    await client.patch(f"/v1/webhooks/{hook['id']}", json={"enabled": False}, headers=ws.headers)
+    await client.patch(f"/v1/webhooks/{hook['id']}", json={"enabled": True}, headers=ws.headers)
+    await client.get("/v1/messages", headers={"Authorization": "Bearer dk_wrong_key_value"})
+    await publish(client, ws)
+    await make_engine()
+    await wait_recorded(db, 2)
+    await client.post(
+        "/v1/messages", data=b"{bad", headers={**ws.headers, "Content-Type": "application/json"}
+    )
+    text = captured.getvalue()
+    events = {e["event"] for e in lines(captured)}
+    assert {"api.request", "engine.started", "delivery.given_up", "webhook.disabled"} <= events
+    for secret in (hook["secret"], fresh, gone["secret"], ws.key, "dk_wrong_key_value"):
+        assert secret not in text
+        assert secret.removeprefix("whsec_").removeprefix("dk_") not in text
+
+
+def test_settings_are_logged_with_passwords_masked() -> None:
+    settings = Settings.from_env({"DATABASE_URL": "postgresql://app:hunter2@db:5432/dispatcher"})
+    shown = settings.redacted()
+    assert shown["database_url"] == "postgresql://app:***@db:5432/dispatcher"
+    assert "hunter2" not in orjson.dumps(shown).decode()
+
+
+def test_secret_looking_fields_are_masked(captured: io.StringIO) -> None:
+    structlog.get_logger().info("oops", secret="whsec_abc", api_key="dk_abc", webhook_id="WH1")
+    (entry,) = lines(captured)
+    assert entry["secret"] == "***" and entry["api_key"] == "***"
+    assert entry["webhook_id"] == "WH1"
