@@ -29,6 +29,9 @@ def configure(fmt: str = "auto", level: str = "info", stream: Any = None) -> Non
         if use_json
         else structlog.dev.ConsoleRenderer(colors=stream.isatty())
     )
+    # Our middleware turns every handler error into a logged 500; what aiohttp's server logger
+    # still reports is malformed HTTP it already answered with 400: not worth a traceback.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

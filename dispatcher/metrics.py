@@ -114,3 +114,17 @@ HTTP_DURATION = Histogram(
 
 def status_class(status: int | None) -> str:
     return "none" if status is None else f"{status // 100}xx"
+
+
+def _declare_label_values() -> None:
+    """Create the known label values at import, so every series exists from the first scrape
+    (an `increase()` over a series that appears at 1 would miss the first event)."""
+    for reason in ("exhausted", "gone"):
+        GIVEN_UP.labels(reason)
+    for reason in ("failing", "gone"):
+        WEBHOOKS_DISABLED.labels(reason)
+    for outcome in ("success", "http_error", "timeout", "connection_error", "blocked"):
+        ATTEMPT_DURATION.labels(outcome)
+
+
+_declare_label_values()

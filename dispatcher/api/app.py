@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dispatcher.api import conversations, events, health, inbound, messages, metrics, webhooks
+from dispatcher.api import (
+    conversations,
+    events,
+    health,
+    inbound,
+    messages,
+    metrics,
+    openapi,
+    webhooks,
+)
 from dispatcher.api.context import SERVICES, Services
 from dispatcher.api.http import MAX_BODY_BYTES, errors_middleware
 
@@ -14,6 +23,6 @@ def create_app(services: Services) -> web.Application:
     # set a little higher so that it never answers first with its own format.
     app = web.Application(middlewares=[errors_middleware], client_max_size=MAX_BODY_BYTES + 1024)
     app[SERVICES] = services
-    for module in (health, metrics, messages, conversations, inbound, webhooks, events):
+    for module in (health, metrics, openapi, messages, conversations, inbound, webhooks, events):
         app.router.add_routes(module.routes)
     return app

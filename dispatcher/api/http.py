@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -140,6 +141,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     started = time.perf_counter()
     response: web.StreamResponse
     try:
+        if "\x00" in request.path or "\x00" in request.query_string:
+            raise ApiError(400, "validation_error", "the URL must not contain NUL (%00)")
         response = await handler(request)
     except ApiError as exc:
         response = _error_response(exc, trace)
@@ -184,9 +187,43 @@ async def read_json(request: web.Request) -> Any:
     if len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
     try:
-        return orjson.loads(raw)
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc.msg}") from exc
+    if isinstance(data, dict | list) and _has_duplicate_keys(raw):
+        raise ApiError(400, "invalid_json", "the body repeats a key in one object")
+    if b"u0000" in raw and _contains_nul(data):
+        raise ValidationFailed([FieldError("body", "strings must not contain NUL (\\u0000)")])
+    return data
+
+
+def _contains_nul(value: Any) -> bool:
+    """Postgres text cannot hold NUL; refuse it at the door rather than fail in the store."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_contains_nul(k) or _contains_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_contains_nul(v) for v in value)
+    return False
+
+
+def _has_duplicate_keys(raw: bytes) -> bool:
+    """orjson keeps the last of repeated keys silently; we refuse them instead, so that two
+    parsers (a proxy, us) can never read different values from one body."""
+    duplicate = False
+
+    def check(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal duplicate
+        if len({key for key, _ in pairs}) != len(pairs):
+            duplicate = True
+        return dict(pairs)
+
+    try:
+        json.loads(raw, object_pairs_hook=check)
+    except RecursionError as exc:
+        raise ApiError(400, "invalid_json", "the body is nested too deeply") from exc
+    return duplicate
 
 
 async def parse_body(request: web.Request, model: type[ModelT]) -> ModelT:

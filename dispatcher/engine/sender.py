@@ -80,11 +80,13 @@ class Sender:
         allowed: Sequence[Network],
         max_connections: int,
         wall_clock: Callable[[], float] = time.time,
+        resolver: AbstractResolver | None = None,
     ) -> None:
         self.timeout = timeout
         self.allowed = tuple(allowed)
         self.max_connections = max_connections
         self.wall_clock = wall_clock
+        self.inner_resolver = resolver
         self._session: aiohttp.ClientSession | None = None
         self._keys: dict[str, bytes] = {}
 
@@ -94,7 +96,7 @@ class Sender:
             limit_per_host=0,
             use_dns_cache=True,
             ttl_dns_cache=30,
-            resolver=GuardedResolver(self.allowed),
+            resolver=GuardedResolver(self.allowed, self.inner_resolver),
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
