@@ -21,7 +21,9 @@ def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[
     return event
 
 
-def configure(fmt: str = "auto", level: str = "info", stream: Any = None) -> None:
+def configure(fmt: str = "auto", level: str = "info", stream: Any = None, tap: Any = None) -> None:
+    """Set up structlog. `tap`, if given, sees every event just before rendering (tests scan
+    the whole suite's logs through it)."""
     stream = stream or sys.stderr
     use_json = fmt == "json" or (fmt == "auto" and not stream.isatty())
     renderer: Any = (
@@ -39,6 +41,7 @@ def configure(fmt: str = "auto", level: str = "info", stream: Any = None) -> Non
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             _redact,
             structlog.processors.format_exc_info,
+            *([tap] if tap is not None else []),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from dispatcher import log as dispatcher_log
 from dispatcher.api.app import create_app
 from dispatcher.api.context import SCOPES, Services
 from dispatcher.domain.clock import FakeClock
@@ -32,6 +34,25 @@ pytest_plugins = ["tests.receiver"]
 def with_database(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path="/" + name))
+
+
+SECRET_SHAPES = re.compile(r"whsec_[A-Za-z0-9+/]{16,}|dk_[A-Za-z0-9_-]{16,}")
+LOGGED: list[str] = []
+
+
+def _tap(_: Any, __: str, event: Any) -> Any:
+    LOGGED.append(repr(event))
+    return event
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_secret_in_any_log() -> Iterator[None]:
+    """Every log event of the whole suite is scanned at the end: no signing secret and no API
+    key may appear in any of them."""
+    dispatcher_log.configure("console", "debug", tap=_tap)
+    yield
+    leaks = [line for line in LOGGED if SECRET_SHAPES.search(line)]
+    assert not leaks, f"{len(leaks)} log events carry a secret or key, e.g. {leaks[0][:300]}"
 
 
 @pytest.fixture(scope="session")

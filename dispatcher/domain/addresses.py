@@ -37,9 +37,11 @@ def blocked_reason(address: IPAddress, allowed: Sequence[Network] = ()) -> str |
         return "multicast address"
     if address.version == 4 and address in _CGNAT:
         return "shared (CGNAT) address"
+    if address.is_reserved:
+        return "reserved address"
     if address.is_private:
         return "private address"
-    if address.is_reserved or not address.is_global:
+    if not address.is_global:
         return "reserved address"
     return None
 

@@ -83,9 +83,14 @@ class Recorder:
                     now=self.clock.now(),
                     disable_after=self.disable_after,
                 )
-            except DispatcherError as exc:
+            except Exception as exc:  # keep the results; try again after a backoff
                 if self._healthy:
-                    log.warning("recorder.unavailable", error=str(exc), buffered=len(self._buffer))
+                    if isinstance(exc, DispatcherError):
+                        log.warning(
+                            "recorder.unavailable", error=str(exc), buffered=len(self._buffer)
+                        )
+                    else:
+                        log.exception("recorder.failed", buffered=len(self._buffer))
                 self._healthy = False
                 return False
             if not self._healthy:

@@ -146,9 +146,12 @@ class Engine:
             self._wake.clear()
             try:
                 claimed, asked = await self.claim_once()
-            except DispatcherError as exc:
+            except Exception as exc:  # the loop must outlive any single failure
                 if self._db_healthy:
-                    log.warning("engine.database_unavailable", error=str(exc))
+                    if isinstance(exc, DispatcherError):
+                        log.warning("engine.database_unavailable", error=str(exc))
+                    else:
+                        log.exception("engine.claim_failed")
                 self._db_healthy = False
                 await self._sleep(backoff)
                 backoff = min(backoff * 2, 10.0)

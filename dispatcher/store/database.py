@@ -23,6 +23,7 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
     asyncpg.TooManyConnectionsError,
+    asyncpg.InternalClientError,  # a connection left in a broken protocol state
 )
 DRIVER_ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, asyncpg.PostgresError)
 

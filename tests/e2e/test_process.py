@@ -39,7 +39,7 @@ async def start(database_url: str, *args: str, **env: str) -> asyncio.subprocess
     )  # fmt: skip
 
 
-async def read_until(stream: asyncio.StreamReader, pattern: str, within: float = 30) -> str:
+async def read_until(stream: asyncio.StreamReader, pattern: str, within: float = 60) -> str:
     seen = []
     async with asyncio.timeout(within):
         while True:

@@ -22,9 +22,10 @@ from tests.receiver import EngineFactory, Receiver, answer
 @pytest.fixture
 def captured() -> Iterator[io.StringIO]:
     buffer = io.StringIO()
-    log.configure("json", "debug", stream=buffer)
+    saved = structlog.get_config()
+    log.configure("json", "debug", stream=buffer, tap=saved["processors"][-2])
     yield buffer
-    structlog.reset_defaults()
+    structlog.configure(**saved)
 
 
 def lines(buffer: io.StringIO) -> list[dict[str, Any]]:
