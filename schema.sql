@@ -100,19 +100,29 @@ CREATE TABLE IF NOT EXISTS calls (
 
 -- Every event, whatever door it came in by. `payload` is the serialized envelope, kept as
 -- text so that every attempt sends it byte for byte the same.
+--
+-- events and deliveries are partitioned by day of creation (UTC) so that retention drops whole
+-- partitions instead of deleting rows (no vacuum debt). A delivery always carries its event's
+-- created_at, so an event and its deliveries live in partitions of the same day and leave
+-- together. Keys include created_at, as partitioning requires.
 CREATE TABLE IF NOT EXISTS events (
-    id               text PRIMARY KEY,
+    id               text NOT NULL,
     workspace_id     text NOT NULL REFERENCES workspaces (id),
     type             text NOT NULL,
     number_id        text,
     source           text NOT NULL,
     payload          text NOT NULL,
     idempotency_key  text,
-    created_at       timestamptz NOT NULL DEFAULT now()
-);
-CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (id, created_at)
+) PARTITION BY RANGE (created_at);
+-- Idempotency keys are unique per workspace within 24 hours; publish() enforces that under an
+-- advisory lock (a unique index cannot span partitions without the partition key).
+CREATE INDEX IF NOT EXISTS events_idempotency
     ON events (workspace_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS events_window ON events (workspace_id, created_at);
+-- Rows outside every daily partition land here instead of failing; never dropped.
+CREATE TABLE IF NOT EXISTS events_default PARTITION OF events DEFAULT;
 
 CREATE TABLE IF NOT EXISTS webhooks (
     id                          text PRIMARY KEY,
@@ -142,14 +152,15 @@ CREATE INDEX IF NOT EXISTS webhooks_live
 -- is next due; a claim moves it to the lease's expiry, so a claimed row leaves the due set and
 -- comes back by itself if its process dies (no separate lease sweep).
 CREATE TABLE IF NOT EXISTS deliveries (
-    id               text PRIMARY KEY,
+    id               text NOT NULL,
     workspace_id     text NOT NULL,
     webhook_id       text NOT NULL REFERENCES webhooks (id),
-    event_id         text NOT NULL REFERENCES events (id),
+    event_id         text NOT NULL,
     event_type       text NOT NULL,
     status           text NOT NULL DEFAULT 'pending'
         CHECK (status IN ('pending', 'delivered', 'failed')),
     attempts         integer NOT NULL DEFAULT 0,
+    -- The event's created_at (same day, same partition as the event).
     created_at       timestamptz NOT NULL DEFAULT now(),
     next_attempt_at  timestamptz,
     delivered_at     timestamptz,
@@ -157,9 +168,11 @@ CREATE TABLE IF NOT EXISTS deliveries (
     response_status  integer,
     response_ms      integer,
     lease_owner      text,
-    UNIQUE (webhook_id, event_id)
-);
--- The claim's index: only due rows, in due order.
+    PRIMARY KEY (id, created_at),
+    UNIQUE (webhook_id, event_id, created_at)
+) PARTITION BY RANGE (created_at);
+-- The claim's index: only due rows, in due order. Settled history is not in it at all, so the
+-- claim's cost does not grow with history.
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (next_attempt_at)
     WHERE status = 'pending';
 -- In-flight rows per subscription (small: at most the concurrency limits).
@@ -169,10 +182,56 @@ CREATE INDEX IF NOT EXISTS deliveries_pending_by_webhook ON deliveries (webhook_
     WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS deliveries_page
     ON deliveries (webhook_id, created_at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS deliveries_default PARTITION OF deliveries DEFAULT;
+
+-- Daily partitions [day, day + 1) in UTC for both tables, for every day from p_from to p_to.
+-- Deliveries partitions are tuned for their update-heavy life (see docs/scaling.md). A day whose
+-- rows already sit in a default partition is skipped (creating it would fail); returns the
+-- number of partitions created.
+CREATE OR REPLACE FUNCTION dispatcher_ensure_partitions(p_from date, p_to date) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    day date;
+    lower_bound timestamptz;
+    upper_bound timestamptz;
+    suffix text;
+    created integer := 0;
+BEGIN
+    -- Serialise partition creation (start-up of several replicas, maintenance loops).
+    PERFORM pg_advisory_xact_lock(hashtext('dispatcher_partitions'));
+    FOR day IN SELECT generate_series(p_from, p_to, interval '1 day')::date LOOP
+        suffix := to_char(day, 'YYYYMMDD');
+        lower_bound := day::timestamp AT TIME ZONE 'UTC';
+        upper_bound := (day + 1)::timestamp AT TIME ZONE 'UTC';
+        IF to_regclass('events_p' || suffix) IS NULL THEN
+            IF EXISTS (SELECT 1 FROM events_default
+                       WHERE created_at >= lower_bound AND created_at < upper_bound)
+               OR EXISTS (SELECT 1 FROM deliveries_default
+                          WHERE created_at >= lower_bound AND created_at < upper_bound) THEN
+                RAISE NOTICE 'dispatcher: rows for % are in the default partitions; skipped', day;
+                CONTINUE;
+            END IF;
+            EXECUTE format(
+                'CREATE TABLE events_p%s PARTITION OF events FOR VALUES FROM (%L) TO (%L)',
+                suffix, lower_bound, upper_bound);
+            EXECUTE format(
+                'CREATE TABLE deliveries_p%s PARTITION OF deliveries FOR VALUES FROM (%L) TO (%L) '
+                'WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02, '
+                'autovacuum_analyze_scale_factor = 0.02)',
+                suffix, lower_bound, upper_bound);
+            created := created + 1;
+        END IF;
+    END LOOP;
+    RETURN created;
+END
+$$;
+
+SELECT dispatcher_ensure_partitions(current_date - 1, current_date + 2);
 
 -- Fan-out: one delivery per live subscription that hears the event's type and number, in one
 -- statement, and a wake-up for the engines (NOTIFY is sent at commit, collapsed per transaction).
-CREATE OR REPLACE FUNCTION dispatcher_fan_out(p_event_id text) RETURNS integer
+CREATE OR REPLACE FUNCTION dispatcher_fan_out(p_event_id text, p_created_at timestamptz)
+RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     fanned integer;
@@ -183,11 +242,12 @@ BEGIN
     FROM events e
     JOIN webhooks w ON w.workspace_id = e.workspace_id
     WHERE e.id = p_event_id
+      AND e.created_at = p_created_at
       AND w.deleted_at IS NULL
       AND w.disabled_at IS NULL
       AND e.type = ANY (w.events)
       AND (w.number_ids IS NULL OR e.number_id = ANY (w.number_ids))
-    ON CONFLICT (webhook_id, event_id) DO NOTHING;
+    ON CONFLICT (webhook_id, event_id, created_at) DO NOTHING;
     GET DIAGNOSTICS fanned = ROW_COUNT;
     IF fanned > 0 THEN
         PERFORM pg_notify('dispatcher_deliveries', '');
@@ -237,7 +297,7 @@ BEGIN
         )::text,
         created
     );
-    PERFORM dispatcher_fan_out(event_id);
+    PERFORM dispatcher_fan_out(event_id, created);
     RETURN event_id;
 END
 $$;

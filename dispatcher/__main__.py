@@ -69,7 +69,7 @@ def _emit(as_json: bool, obj: dict[str, Any], line: str) -> None:
 async def _admin(settings: Settings, args: argparse.Namespace) -> None:
     async with open_database(settings, migrate=True) as db:
         if args.command == "migrate":
-            version = await schema.current_version(db)
+            version = await schema.apply_schema(db, force=True)
             print(f"schema at version {version}")
         elif args.command == "workspaces":
             workspace_id = await workspaces.create_workspace(db, args.name)

@@ -11,7 +11,7 @@ import structlog
 from dispatcher import metrics
 from dispatcher.domain.clock import Clock
 from dispatcher.errors import DispatcherError
-from dispatcher.store import queue, schema
+from dispatcher.store import maintenance, queue, schema
 from dispatcher.store.database import Database
 
 log = structlog.get_logger("dispatcher")
@@ -37,4 +37,23 @@ async def run(
 ) -> None:
     while True:
         await refresh_once(db, clock, engine_running)
+        await asyncio.sleep(interval)
+
+
+async def maintain(db: Database, clock: Clock, retention_days: int, interval: float) -> None:
+    """Create partitions ahead and drop expired ones, now and then (one replica at a time)."""
+    while True:
+        try:
+            report = await maintenance.run_maintenance(db, clock.now(), retention_days)
+            if report.ran and (report.created or report.dropped or report.kept_pending):
+                log.info(
+                    "maintenance.done",
+                    created=report.created,
+                    dropped=report.dropped,
+                    kept_pending=report.kept_pending,
+                )
+            if report.in_default:
+                log.warning("maintenance.rows_in_default_partition", rows=report.in_default)
+        except DispatcherError as exc:
+            log.warning("maintenance.failed", error=str(exc))
         await asyncio.sleep(interval)

@@ -71,19 +71,18 @@ def print_demo(key: str, host: str, port: int) -> None:
     )
 
 
-async def wait_for_stop_signal() -> None:
+def stop_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT; installed first thing, so that a signal arriving
+    during start-up still means a clean stop."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+    return stop
 
 
 async def serve(settings: Settings, host: str, port: int) -> None:
+    stop = stop_signals()
     clock = SystemClock()
     log.info("dispatcher.start", settings=settings.redacted(), host=host, port=port)
     async with open_database(settings) as db:
@@ -101,6 +100,10 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         background = [
             asyncio.create_task(carrier.run(), name="carrier"),
             asyncio.create_task(monitor.run(db, clock, engine_ok), name="monitor"),
+            asyncio.create_task(
+                monitor.maintain(db, clock, settings.retention_days, settings.maintenance_interval),
+                name="maintenance",
+            ),
         ]
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -111,7 +114,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
             await engine.start()
         log.info("api.listening", url=f"http://{host}:{port}", engine=engine is not None)
         try:
-            await wait_for_stop_signal()
+            await stop.wait()
             log.info("dispatcher.stopping")
         finally:
             await site.stop()
@@ -141,21 +144,29 @@ async def start_metrics_port(settings: Settings, host: str) -> web.AppRunner | N
 
 async def work(settings: Settings) -> None:
     """The delivery engine alone (`dispatcher worker`), to scale it apart from the API."""
+    stop = stop_signals()
     log.info("dispatcher.worker.start", settings=settings.redacted())
     async with open_database(settings) as db:
         clock = SystemClock()
         engine = Engine(db, settings, clock)
         await engine.start()
-        watcher = asyncio.create_task(monitor.run(db, clock, lambda: engine.running))
+        watchers = [
+            asyncio.create_task(monitor.run(db, clock, lambda: engine.running)),
+            asyncio.create_task(
+                monitor.maintain(db, clock, settings.retention_days, settings.maintenance_interval)
+            ),
+        ]
         metrics_runner = await start_metrics_port(settings, settings.host)
         try:
-            await wait_for_stop_signal()
+            await stop.wait()
             log.info("dispatcher.stopping")
         finally:
             await engine.stop()
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for watcher in watchers:
+                watcher.cancel()
+            for watcher in watchers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
             if metrics_runner is not None:
                 await metrics_runner.cleanup()
     log.info("dispatcher.stopped")

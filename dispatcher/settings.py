@@ -42,6 +42,9 @@ class Settings:
     shutdown_timeout: float = 10.0
     lease_margin: float = 30.0
     secret_rotation_grace: float = 86400.0
+    # History
+    retention_days: int = 30
+    maintenance_interval: float = 3600.0
     # Messaging
     carrier: str = "sandbox"
     sandbox_delay: float = 1.0
@@ -90,6 +93,8 @@ class Settings:
         read("DISPATCHER_LEASE_MARGIN", "lease_margin", _float_between(1.0, 3600.0))
         read("DISPATCHER_SECRET_ROTATION_GRACE", "secret_rotation_grace",
              _float_between(0.0, 30 * 86400))  # fmt: skip
+        read("DISPATCHER_RETENTION_DAYS", "retention_days", _int_between(1, 3650))
+        read("DISPATCHER_MAINTENANCE_INTERVAL", "maintenance_interval", _float_between(1.0, 86400))
         read("DISPATCHER_CARRIER", "carrier", _choice("sandbox"))
         read("DISPATCHER_SANDBOX_DELAY", "sandbox_delay", _float_between(0.0, 3600.0))
         read("DISPATCHER_METRICS_PORT", "metrics_port", _port)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from dispatcher.domain.clock import FakeClock
+from dispatcher.domain.clock import Clock, FakeClock
 from dispatcher.engine.worker import Engine
 from dispatcher.settings import Settings
 from dispatcher.store.database import Database
@@ -98,9 +98,7 @@ async def make_engine(
 ) -> AsyncIterator[EngineFactory]:
     engines: list[Engine] = []
 
-    async def make(
-        *, clock_: FakeClock | None = None, start: bool = True, **overrides: Any
-    ) -> Engine:
+    async def make(*, clock_: Clock | None = None, start: bool = True, **overrides: Any) -> Engine:
         engine = Engine(
             db,
             settings.with_changes(**overrides),

@@ -88,18 +88,30 @@ class Database:
     @asynccontextmanager
     async def acquire(self) -> AsyncIterator[Connection]:
         try:
-            async with self.pool.acquire() as conn:
-                yield conn
+            conn = await self.pool.acquire()
         except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
+        try:
+            yield conn
+        except CONNECTION_ERRORS as exc:
+            # A broken connection goes back closed, so the pool replaces it instead of
+            # trying to reset it (which can hang on a connection in a broken state).
+            conn.terminate()
+            raise translate(exc) from exc
+        except asyncpg.PostgresError as exc:
+            raise translate(exc) from exc
+        finally:
+            await self.pool.release(conn, timeout=10)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
-        try:
-            async with self.pool.acquire() as conn, conn.transaction():
-                yield conn
-        except DRIVER_ERRORS as exc:
-            raise translate(exc) from exc
+        async with self.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    yield conn
+            except CONNECTION_ERRORS:
+                conn.terminate()
+                raise
 
     @property
     def in_use(self) -> int:

@@ -19,7 +19,7 @@ SELECT = """
     SELECT d.id, d.webhook_id, d.attempts, d.created_at, d.delivered_at, d.event_type,
            d.last_error, d.next_attempt_at, d.response_ms, d.response_status, d.status,
            e.payload
-    FROM deliveries d JOIN events e ON e.id = d.event_id
+    FROM deliveries d JOIN events e ON e.id = d.event_id AND e.created_at = d.created_at
 """
 NOTIFY = "SELECT pg_notify('dispatcher_deliveries', '')"
 
@@ -92,7 +92,9 @@ async def create_test(db: Database, workspace_id: str, webhook_id: str, now: dat
             now,
         )
         await conn.execute(NOTIFY)
-        return await fetch_one(conn, f"{SELECT} WHERE d.id = $1", delivery_id)
+        return await fetch_one(
+            conn, f"{SELECT} WHERE d.id = $1 AND d.created_at = $2", delivery_id, now
+        )
 
 
 async def retry(
@@ -148,14 +150,14 @@ async def recover(
             """
             INSERT INTO deliveries (id, workspace_id, webhook_id, event_id, event_type,
                 created_at, next_attempt_at)
-            SELECT dispatcher_new_id('WD'), e.workspace_id, w.id, e.id, e.type, $5, $5
+            SELECT dispatcher_new_id('WD'), e.workspace_id, w.id, e.id, e.type, e.created_at, $5
             FROM webhooks w
             JOIN events e ON e.workspace_id = w.workspace_id
             WHERE w.id = $1 AND w.workspace_id = $2
               AND e.created_at >= $3 AND e.created_at < $4
               AND e.type = ANY (w.events)
               AND (w.number_ids IS NULL OR e.number_id = ANY (w.number_ids))
-            ON CONFLICT (webhook_id, event_id) DO NOTHING
+            ON CONFLICT (webhook_id, event_id, created_at) DO NOTHING
             """,
             webhook_id,
             workspace_id,

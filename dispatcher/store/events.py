@@ -42,7 +42,7 @@ async def append_event(
         idempotency_key,
         created_at,
     )
-    fanned: int = await conn.fetchval("SELECT dispatcher_fan_out($1)", event_id)
+    fanned: int = await conn.fetchval("SELECT dispatcher_fan_out($1, $2)", event_id, created_at)
     metrics.EVENTS_PUBLISHED.labels(source, event_type).inc()
     metrics.FANNED_OUT.inc(fanned)
     return event_id, payload, fanned
@@ -68,21 +68,15 @@ async def publish(
                 idempotency_key,
             )
             existing: Record | None = await conn.fetchrow(
-                "SELECT payload, created_at FROM events "
-                "WHERE workspace_id = $1 AND idempotency_key = $2",
+                "SELECT payload FROM events "
+                "WHERE workspace_id = $1 AND idempotency_key = $2 AND created_at > $3 "
+                "ORDER BY created_at DESC LIMIT 1",
                 workspace_id,
                 idempotency_key,
+                now - IDEMPOTENCY_WINDOW,
             )
             if existing is not None:
-                if existing["created_at"] > now - IDEMPOTENCY_WINDOW:
-                    return existing["payload"], False
-                # Expired: the key is free again for a new event.
-                await conn.execute(
-                    "UPDATE events SET idempotency_key = NULL "
-                    "WHERE workspace_id = $1 AND idempotency_key = $2",
-                    workspace_id,
-                    idempotency_key,
-                )
+                return existing["payload"], False
         _, payload, _ = await append_event(
             conn,
             workspace_id=workspace_id,

@@ -54,6 +54,7 @@ WHERE d.id = ranked.id
   AND ranked.rank <= ranked.free
   AND w.id = d.webhook_id
   AND e.id = d.event_id
+  AND e.created_at = d.created_at
 RETURNING d.id, d.webhook_id, d.workspace_id, d.attempts, d.event_type, ranked.due_at,
           e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
           w.previous_secret_expires_at, coalesce(w.max_concurrency, $5) AS max_concurrency

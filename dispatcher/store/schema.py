@@ -23,11 +23,21 @@ def schema_path() -> Path:
     raise FileNotFoundError("schema.sql not found in " + ", ".join(map(str, candidates)))
 
 
-async def apply_schema(db: Database) -> int:
-    """Bring the database to SCHEMA_VERSION; returns the version now recorded."""
+async def apply_schema(db: Database, *, force: bool = False) -> int:
+    """Bring the database to SCHEMA_VERSION; returns the version now recorded.
+
+    A database already at this version is left alone (unless forced, as `dispatcher migrate`
+    does): re-running DDL under live traffic from other replicas takes table locks for nothing
+    and can deadlock with them.
+    """
     sql = schema_path().read_text()
     async with db.transaction() as conn:
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+        current = None
+        if await conn.fetchval("SELECT to_regclass('dispatcher_schema') IS NOT NULL"):
+            current = await conn.fetchval("SELECT max(version) FROM dispatcher_schema")
+        if current == SCHEMA_VERSION and not force:
+            return SCHEMA_VERSION
         await conn.execute(sql)
         version: int = await conn.fetchval("SELECT max(version) FROM dispatcher_schema")
     return version

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import asyncpg
 from aiohttp.test_utils import TestClient
 
+from dispatcher.domain.clock import SystemClock
 from dispatcher.store.database import Database
 from tests.chaos.test_processes import delivered_count, slow_ok, webhooks_for
 from tests.conftest import Workspace, wait_for
@@ -43,7 +44,8 @@ async def test_connections_terminated_during_a_drain(
     for i in (1, 2, 3):
         receiver.behaviours[f"/h{i}"] = slow_ok(0.005)
     await bulk_publish(db, ws, 200)
-    engine = await make_engine(claim_batch_size=20, lease_margin=2.0)
+    # The real clock: leases taken by claims whose answers were lost must expire by themselves.
+    engine = await make_engine(claim_batch_size=20, lease_margin=2.0, clock_=SystemClock())
     database = urlsplit(database_url).path.lstrip("/")
     cuts = 0
     for threshold in (100, 250, 400):
@@ -57,7 +59,18 @@ async def test_connections_terminated_during_a_drain(
         except Exception:
             return False
 
-    await wait_for(all_delivered, within=60, message="drain finished after the cuts")
+    try:
+        await wait_for(all_delivered, within=60, message="drain finished after the cuts")
+    except AssertionError:
+        async with db.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT status, lease_owner IS NOT NULL AS leased,"
+                " next_attempt_at > now() AS future, count(*) FROM deliveries GROUP BY 1, 2, 3"
+            )
+        raise AssertionError(
+            f"stuck: {[tuple(r) for r in rows]} in_flight={engine.in_flight} "
+            f"buffered={engine.recorder.pending} tasks={[t.done() for t in engine._tasks]}"
+        ) from None
     received = Counter(r.headers["webhook-id"] for r in receiver.requests)
     assert len(received) == 600
     # No result recorded twice: attempts match what the receivers saw.

@@ -11,7 +11,6 @@ from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.clock import FakeClock
 from dispatcher.engine.worker import Engine
-from dispatcher.store import queue
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import deliveries, publish, subscribe
@@ -169,43 +168,3 @@ async def test_notify_wakes_an_idle_engine(
     await publish(client, ws)
     # Polling would take a minute; NOTIFY brings it in well under the deadline.
     await wait_for(lambda: len(receiver.requests) == 1, within=5.0, message="woken by NOTIFY")
-
-
-async def test_claim_uses_the_due_index(db: Database, ws: Workspace) -> None:
-    """With a realistic table (mostly settled history, a few due rows) and fresh statistics,
-    the planner reads due rows through the partial index, not the table."""
-    async with db.transaction() as conn:
-        await conn.execute(
-            "INSERT INTO webhooks (id, workspace_id, url, events, secret) "
-            "VALUES ('WH1', $1, 'https://x.example.com/', '{contact.updated}', 'whsec_AAAA')",
-            ws.id,
-        )
-        await conn.execute(
-            "INSERT INTO events (id, workspace_id, type, source, payload) "
-            "SELECT 'EV' || g, $1, 'contact.updated', 'api', '{}' FROM generate_series(1, 50000) g",
-            ws.id,
-        )
-        await conn.execute(
-            "INSERT INTO deliveries (id, workspace_id, webhook_id, event_id, event_type, status, "
-            "next_attempt_at) SELECT 'WD' || g, $1, 'WH1', 'EV' || g, 'contact.updated', "
-            "CASE WHEN g % 1000 = 0 THEN 'pending' ELSE 'delivered' END, "
-            "CASE WHEN g % 1000 = 0 THEN now() END FROM generate_series(1, 50000) g",
-            ws.id,
-        )
-        await conn.execute(
-            "ALTER TABLE deliveries DROP CONSTRAINT deliveries_webhook_id_event_id_key"
-        )
-    async with db.acquire() as conn:
-        await conn.execute("ANALYZE deliveries")
-        plan = "\n".join(
-            row[0] for row in await conn.fetch("EXPLAIN " + queue.CLAIM, *_claim_args())
-        )
-    assert "deliveries_due" in plan, plan
-    assert "Seq Scan on deliveries" not in plan, plan
-
-
-def _claim_args() -> list[Any]:
-    from datetime import UTC, datetime, timedelta
-
-    now = datetime.now(UTC)
-    return [now, "owner", 100, [], 10, now + timedelta(seconds=45)]
