@@ -51,7 +51,16 @@ async def test_metrics_move_with_traffic(
     await make_engine()
     await wait_recorded(db, 2)
     await monitor.refresh_once(db, clock, lambda: True)
-    after = await scrape(client)
+    after = ""
+
+    async def recorded_in_metrics() -> bool:
+        # The recorder observes its metrics just after its transaction commits.
+        nonlocal after
+        after = await scrape(client)
+        name = "dispatcher_record_duration_seconds_count"
+        return sample(after, name) > sample(before, name)
+
+    await wait_for(recorded_in_metrics)
 
     def moved(name: str, **labels: str) -> float:
         return sample(after, name, **labels) - sample(before, name, **labels)
