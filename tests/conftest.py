@@ -168,7 +168,7 @@ async def ws(make_workspace: MakeWorkspace) -> Workspace:
 
 async def wait_for(
     predicate: Callable[[], Awaitable[bool]] | Callable[[], bool],
-    within: float = 10.0,
+    within: float = 20.0,
     interval: float = 0.01,
     message: str = "condition",
 ) -> None:
