@@ -230,23 +230,24 @@ SELECT dispatcher_ensure_partitions(current_date - 1, current_date + 2);
 
 -- Fan-out: one delivery per live subscription that hears the event's type and number, in one
 -- statement, and a wake-up for the engines (NOTIFY is sent at commit, collapsed per transaction).
-CREATE OR REPLACE FUNCTION dispatcher_fan_out(p_event_id text, p_created_at timestamptz)
-RETURNS integer
+CREATE OR REPLACE FUNCTION dispatcher_fan_out(
+    p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text, p_number_id text
+) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     fanned integer;
 BEGIN
+    -- The event's fields come as arguments: no join back to the row just inserted.
     INSERT INTO deliveries
         (id, workspace_id, webhook_id, event_id, event_type, created_at, next_attempt_at)
-    SELECT dispatcher_new_id('WD'), e.workspace_id, w.id, e.id, e.type, e.created_at, e.created_at
-    FROM events e
-    JOIN webhooks w ON w.workspace_id = e.workspace_id
-    WHERE e.id = p_event_id
-      AND e.created_at = p_created_at
+    SELECT dispatcher_new_id('WD'), p_workspace_id, w.id, p_event_id, p_type, p_created_at,
+           p_created_at
+    FROM webhooks w
+    WHERE w.workspace_id = p_workspace_id
       AND w.deleted_at IS NULL
       AND w.disabled_at IS NULL
-      AND e.type = ANY (w.events)
-      AND (w.number_ids IS NULL OR e.number_id = ANY (w.number_ids))
+      AND p_type = ANY (w.events)
+      AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
     ON CONFLICT (webhook_id, event_id, created_at) DO NOTHING;
     GET DIAGNOSTICS fanned = ROW_COUNT;
     IF fanned > 0 THEN
@@ -297,7 +298,7 @@ BEGIN
         )::text,
         created
     );
-    PERFORM dispatcher_fan_out(event_id, created);
+    PERFORM dispatcher_fan_out(event_id, created, p_workspace_id, p_type, p_number_id);
     RETURN event_id;
 END
 $$;

@@ -7,6 +7,9 @@ per-webhook series is only written when DISPATCHER_METRICS_PER_WEBHOOK is on.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -114,6 +117,17 @@ HTTP_DURATION = Histogram(
 
 def status_class(status: int | None) -> str:
     return "none" if status is None else f"{status // 100}xx"
+
+
+@functools.cache
+def attempt_counter(outcome: str, status: int | None) -> Any:
+    """The labelled child, looked up once per (outcome, status) instead of per attempt."""
+    return ATTEMPTS.labels(outcome, status_class(status))
+
+
+@functools.cache
+def attempt_duration(outcome: str) -> Any:
+    return ATTEMPT_DURATION.labels(outcome)
 
 
 def _declare_label_values() -> None:

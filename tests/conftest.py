@@ -55,6 +55,19 @@ def no_secret_in_any_log() -> Iterator[None]:
     assert not leaks, f"{len(leaks)} log events carry a secret or key, e.g. {leaks[0][:300]}"
 
 
+@pytest.fixture(autouse=True)
+async def no_process_left_behind() -> AsyncIterator[None]:
+    """A test that fails half-way must not leave dispatcher processes running."""
+    from tests.e2e.test_process import STARTED
+
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
 @pytest.fixture(scope="session")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = os.environ.get("DATABASE_URL")

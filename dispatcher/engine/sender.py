@@ -89,6 +89,7 @@ class Sender:
         self.inner_resolver = resolver
         self._session: aiohttp.ClientSession | None = None
         self._keys: dict[str, bytes] = {}
+        self._verdicts: dict[str, str | None] = {}
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -119,6 +120,20 @@ class Sender:
             key = self._keys[secret] = secret_key(secret)
         return key
 
+    def _literal_verdict(self, url: str) -> str | None:
+        """The guard's verdict on a URL whose host is a literal IP (names are judged by the
+        resolver); cached, since the same few URLs come back for every delivery."""
+        try:
+            return self._verdicts[url]
+        except KeyError:
+            pass
+        literal = _literal_ip(url)
+        verdict = None if literal is None else blocked_reason(literal, self.allowed)
+        if len(self._verdicts) > 100_000:
+            self._verdicts.clear()
+        self._verdicts[url] = verdict
+        return verdict
+
     def headers(self, delivery_id: str, secrets: Sequence[str], body: bytes) -> dict[str, str]:
         timestamp = int(self.wall_clock())
         return {
@@ -141,11 +156,9 @@ class Sender:
             elapsed = int((time.perf_counter() - started) * 1000)
             return Outcome(kind, status, elapsed, error, **extra)
 
-        literal = _literal_ip(url)
-        if literal is not None:
-            reason = blocked_reason(literal, self.allowed)
-            if reason is not None:
-                return done("blocked", None, f"blocked: {reason}")
+        reason = self._literal_verdict(url)
+        if reason is not None:
+            return done("blocked", None, f"blocked: {reason}")
         try:
             async with self._session.post(
                 url,

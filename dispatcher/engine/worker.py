@@ -89,6 +89,9 @@ class Engine:
             self._tasks.append(asyncio.create_task(self.listener.run(), name="engine-listener"))
         self.running = True
         metrics.ENGINE_RUNNING.set(1)
+        # Computed when scraped, not on every attempt (the hot path stays free of them).
+        metrics.IN_FLIGHT.set_function(lambda: len(self._in_flight))
+        metrics.AT_LIMIT.set_function(self._webhooks_at_limit)
         log.info("engine.started", owner=self.owner)
 
     async def stop(self) -> None:
@@ -200,13 +203,9 @@ class Engine:
         self._limits[claimed.webhook_id] = claimed.max_concurrency
         task = asyncio.create_task(self._attempt(claimed))
         self._in_flight[claimed.id] = task
-        self._update_gauges()
 
-    def _update_gauges(self) -> None:
-        metrics.IN_FLIGHT.set(len(self._in_flight))
-        metrics.AT_LIMIT.set(
-            sum(1 for w, n in self._per_webhook.items() if n >= self._limits.get(w, 1))
-        )
+    def _webhooks_at_limit(self) -> int:
+        return sum(1 for w, n in self._per_webhook.items() if n >= self._limits.get(w, 1))
 
     # -- one attempt ---------------------------------------------------------------------
 
@@ -225,12 +224,11 @@ class Engine:
             if self._per_webhook[claimed.webhook_id] <= 0:
                 del self._per_webhook[claimed.webhook_id]
                 self._limits.pop(claimed.webhook_id, None)
-            self._update_gauges()
             self.poke()
 
     def _observe(self, claimed: queue.Claimed, outcome: Outcome) -> None:
-        metrics.ATTEMPTS.labels(outcome.kind, metrics.status_class(outcome.status)).inc()
-        metrics.ATTEMPT_DURATION.labels(outcome.kind).observe(outcome.elapsed_ms / 1000)
+        metrics.attempt_counter(outcome.kind, outcome.status).inc()
+        metrics.attempt_duration(outcome.kind).observe(outcome.elapsed_ms / 1000)
         if self.settings.metrics_per_webhook:
             metrics.WEBHOOK_ATTEMPTS.labels(claimed.webhook_id, outcome.kind).inc()
         if outcome.succeeded:

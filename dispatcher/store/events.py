@@ -42,7 +42,14 @@ async def append_event(
         idempotency_key,
         created_at,
     )
-    fanned: int = await conn.fetchval("SELECT dispatcher_fan_out($1, $2)", event_id, created_at)
+    fanned: int = await conn.fetchval(
+        "SELECT dispatcher_fan_out($1, $2, $3, $4, $5)",
+        event_id,
+        created_at,
+        workspace_id,
+        event_type,
+        number_id,
+    )
     metrics.EVENTS_PUBLISHED.labels(source, event_type).inc()
     metrics.FANNED_OUT.inc(fanned)
     return event_id, payload, fanned

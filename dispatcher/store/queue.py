@@ -87,6 +87,9 @@ SET failing_since = CASE WHEN u.reset THEN u.fail_start
                          ELSE coalesce(w.failing_since, u.fail_start) END
 FROM unnest($1::text[], $2::bool[], $3::timestamptz[]) AS u(id, reset, fail_start)
 WHERE w.id = u.id
+  -- Only rows whose clock really changes: a healthy endpoint's row is not rewritten per flush.
+  AND w.failing_since IS DISTINCT FROM
+      (CASE WHEN u.reset THEN u.fail_start ELSE coalesce(w.failing_since, u.fail_start) END)
 """
 
 

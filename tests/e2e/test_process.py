@@ -16,6 +16,9 @@ from standardwebhooks.webhooks import Webhook
 from tests.conftest import wait_for
 from tests.receiver import Receiver
 
+# Every process a test starts; tests/conftest.py kills what a failed test left running.
+STARTED: list[asyncio.subprocess.Process] = []
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -33,10 +36,12 @@ async def start(database_url: str, *args: str, **env: str) -> asyncio.subprocess
         "DISPATCHER_LOG_FORMAT": "json",
         **env,
     }
-    return await asyncio.create_subprocess_exec(
+    proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "dispatcher", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=full_env,
     )  # fmt: skip
+    STARTED.append(proc)
+    return proc
 
 
 async def read_until(stream: asyncio.StreamReader, pattern: str, within: float = 60) -> str:
