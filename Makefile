@@ -25,8 +25,15 @@ test: $(STAMP)
 	else echo "promtool not installed: alert rule checks skipped (CI installs it)"; fi
 	$(BIN)/pytest -q
 
-bench: $(STAMP)
-	$(BIN)/python -m benchmarks
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+# The load tests (benchmarks/README.md): embedded Postgres unless DATABASE_URL is set.
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

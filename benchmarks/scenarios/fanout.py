@@ -1,0 +1,97 @@
+"""6. Fan-out: one event to 10,000 subscriptions; time to enqueue.
+
+10,000 webhooks in one workspace all hear `contact.updated`; the harness publishes one event
+with `dispatcher_publish_event` (one transaction: the event, 10,000 deliveries, a NOTIFY;
+committed with fsync on) and times the call, a few times over (no engine runs, so nothing is
+drained meanwhile). Baseline, same database, same run: a plain INSERT … SELECT of 10,000 rows
+of the same columns into an unindexed, unconstrained copy of the deliveries table (the cost of
+writing that many rows at all). Target: every enqueue under 1 s.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from benchmarks.common import (
+    EVENT_TYPE,
+    Run,
+    create_webhooks,
+    create_workspace,
+    fresh_database,
+    percentile,
+)
+
+NAME = "fanout"
+TITLE = "6. Fan-out (1 event → 10,000 subscriptions)"
+TARGET_S = 1.0
+SUBSCRIPTIONS = 10_000
+PLAIN = """
+INSERT INTO plain_deliveries
+    (id, workspace_id, webhook_id, event_id, event_type, created_at, next_attempt_at)
+SELECT dispatcher_new_id('WD'), w.workspace_id, w.id, $1, $2, now(), now()
+FROM webhooks w
+"""
+
+
+async def run(r: Run) -> dict[str, Any]:
+    repeats = 3 if r.quick else 5
+    async with fresh_database(r, NAME) as (db, _url):
+        workspace = await create_workspace(db)
+        await create_webhooks(db, workspace, ["http://127.0.0.1:9/never"] * SUBSCRIPTIONS)
+        async with db.acquire() as conn:
+            await conn.execute("CREATE TABLE plain_deliveries (LIKE deliveries INCLUDING DEFAULTS)")
+            await conn.execute("ANALYZE")
+            fanout_s, plain_s, counts = [], [], []
+            for i in range(repeats):
+                started = time.perf_counter()
+                event_id = await conn.fetchval(
+                    "SELECT dispatcher_publish_event($1, $2, jsonb_build_object('id', $3::text))",
+                    workspace,
+                    EVENT_TYPE,
+                    f"FAN{i}",
+                )
+                fanout_s.append(time.perf_counter() - started)
+                counts.append(
+                    await conn.fetchval(
+                        "SELECT count(*) FROM deliveries WHERE event_id = $1", event_id
+                    )
+                )
+                started = time.perf_counter()
+                await conn.execute(PLAIN, event_id, EVENT_TYPE)
+                plain_s.append(time.perf_counter() - started)
+    if any(c != SUBSCRIPTIONS for c in counts):
+        raise RuntimeError(f"fan-out made {counts} deliveries, expected {SUBSCRIPTIONS} each")
+    value, worst = percentile(fanout_s, 50), max(fanout_s)
+    baseline = percentile(plain_s, 50)
+    share = value / baseline
+    r.log(
+        f"fanout: {value * 1000:.0f} ms (worst {worst * 1000:.0f} ms); "
+        f"plain {baseline * 1000:.0f} ms"
+    )
+    return {
+        "title": TITLE,
+        "parameters": {"subscriptions": SUBSCRIPTIONS, "repeats": repeats},
+        "measured": {
+            "value": value,
+            "unit": "s (median)",
+            "worst_s": worst,
+            "runs_s": fanout_s,
+            "deliveries_per_event": counts,
+        },
+        "baseline": {
+            "name": "plain INSERT of 10,000 rows into an unindexed copy",
+            "value": baseline,
+            "unit": "s (median)",
+            "runs_s": plain_s,
+        },
+        "ratio": share,
+        "ratio_to_target": worst / TARGET_S,
+        "target": {"text": "< 1 s", "op": "<", "value": TARGET_S},
+        "met": worst < TARGET_S,
+        "summary": {
+            "measured": f"{value * 1000:,.0f} ms median, {worst * 1000:,.0f} ms worst (x{repeats})",
+            "baseline": f"plain 10k-row INSERT {baseline * 1000:,.0f} ms",
+            "ratio": f"{share:.1f}x plain insert; worst = {worst / TARGET_S:.2f} of target",
+        },
+    }
