@@ -6,6 +6,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from dispatcher.engine.worker import Engine
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
 
@@ -38,6 +39,27 @@ async def deliveries(client: TestClient[Any, Any], ws: Workspace, hook_id: str) 
 async def only_delivery(client: TestClient[Any, Any], ws: Workspace, hook_id: str) -> Any:
     (delivery,) = await deliveries(client, ws, hook_id)
     return delivery
+
+
+async def attempted(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    hook_id: str,
+    attempts: int = 1,
+    engine: Engine | None = None,
+) -> Any:
+    """The webhook's one delivery once `attempts` attempts are recorded (poking the engine
+    on each look, when given, so a retry made due by the clock is claimed at once)."""
+    seen: dict[str, Any] = {}
+
+    async def reached() -> bool:
+        if engine is not None:
+            engine.poke()
+        seen.update(await only_delivery(client, ws, hook_id))
+        return bool(seen["attempts"] >= attempts)
+
+    await wait_for(reached, message=f"{attempts} attempt(s) recorded")
+    return seen
 
 
 async def recorded_attempts(db: Database) -> int:

@@ -8,27 +8,18 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.clock import FakeClock
-from dispatcher.engine.worker import Engine
 from dispatcher.settings import DEFAULT_RETRY_SCHEDULE
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
-from tests.engine.helpers import deliveries, only_delivery, publish, subscribe, wait_recorded
+from tests.engine.helpers import (
+    attempted,
+    deliveries,
+    only_delivery,
+    publish,
+    subscribe,
+    wait_recorded,
+)
 from tests.receiver import EngineFactory, Receiver, answer
-
-
-async def attempts_reach(
-    client: TestClient[Any, Any], ws: Workspace, hook_id: str, n: int, engine: Engine
-) -> Any:
-    seen: dict[str, Any] = {}
-
-    async def reached() -> bool:
-        engine.poke()
-        delivery = await only_delivery(client, ws, hook_id)
-        seen.update(delivery)
-        return bool(delivery["attempts"] >= n)
-
-    await wait_for(reached, message=f"attempt {n}")
-    return seen
 
 
 async def test_full_default_schedule_ends_failed(
@@ -42,13 +33,13 @@ async def test_full_default_schedule_ends_failed(
     hook = await subscribe(client, ws, receiver.url())
     await publish(client, ws)
     engine = await make_engine(disable_after=10**8)
-    delivery = await attempts_reach(client, ws, hook["id"], 1, engine)
+    delivery = await attempted(client, ws, hook["id"], 1, engine)
     gaps = []
     for n, _delay in enumerate(DEFAULT_RETRY_SCHEDULE, start=2):
         next_at = datetime.fromisoformat(delivery["nextAttemptAt"])
         gaps.append(round((next_at - clock.now()).total_seconds()))
         clock.set(next_at)
-        delivery = await attempts_reach(client, ws, hook["id"], n, engine)
+        delivery = await attempted(client, ws, hook["id"], n, engine)
     assert gaps == [round(d) for d in DEFAULT_RETRY_SCHEDULE]
     assert delivery["attempts"] == 8
     assert delivery["status"] == "failed"
@@ -79,9 +70,9 @@ async def test_custom_schedule_and_jitter_bounds(
     hook = await subscribe(client, ws, receiver.url())
     await publish(client, ws)
     engine = await make_engine(retry_schedule=(1.0,), disable_after=10**8)
-    await attempts_reach(client, ws, hook["id"], 1, engine)
+    await attempted(client, ws, hook["id"], 1, engine)
     clock.advance(2)
-    delivery = await attempts_reach(client, ws, hook["id"], 2, engine)
+    delivery = await attempted(client, ws, hook["id"], 2, engine)
     assert delivery["status"] == "failed"
 
 
@@ -97,10 +88,10 @@ async def test_failing_endpoint_is_disabled_after_five_days(
     hook = await subscribe(client, ws, receiver.url())
     await publish(client, ws, "first")
     engine = await make_engine(retry_schedule=(3600.0,))
-    await attempts_reach(client, ws, hook["id"], 1, engine)
+    await attempted(client, ws, hook["id"], 1, engine)
     # The first delivery is given up an hour later: failing for an hour, not five days.
     clock.advance(3601)
-    await attempts_reach(client, ws, hook["id"], 2, engine)
+    await attempted(client, ws, hook["id"], 2, engine)
     got = await (await client.get(f"/v1/webhooks/{hook['id']}", headers=ws.headers)).json()
     assert got["disabledAt"] is None
     # Five days after the first failure, the next delivery given up disables the endpoint.

@@ -15,22 +15,8 @@ from standardwebhooks.webhooks import Webhook
 from dispatcher import __version__
 from dispatcher.domain.clock import FakeClock
 from tests.conftest import Workspace, wait_for
-from tests.engine.helpers import only_delivery, publish, subscribe
+from tests.engine.helpers import attempted, only_delivery, publish, subscribe
 from tests.receiver import EngineFactory, Receiver, answer
-
-
-async def settled(
-    client: TestClient[Any, Any], ws: Workspace, hook_id: str, attempts: int = 1
-) -> Any:
-    result: dict[str, Any] = {}
-
-    async def attempted() -> bool:
-        delivery = await only_delivery(client, ws, hook_id)
-        result.update(delivery)
-        return bool(delivery["attempts"] >= attempts)
-
-    await wait_for(attempted, message=f"{attempts} attempt(s) recorded")
-    return result
 
 
 async def test_success_is_signed_and_recorded(
@@ -39,7 +25,7 @@ async def test_success_is_signed_and_recorded(
     hook = await subscribe(client, ws, receiver.url())
     event = await publish(client, ws)
     await make_engine()
-    delivery = await settled(client, ws, hook["id"])
+    delivery = await attempted(client, ws, hook["id"])
     (request,) = receiver.requests
     # Verified with the reference implementation of Standard Webhooks.
     verified = Webhook(hook["secret"]).verify(request.body, request.headers)
@@ -64,7 +50,7 @@ async def test_rotation_signs_with_both_secrets(
     fresh = (await rotated.json())["secret"]
     await publish(client, ws)
     await make_engine()
-    await settled(client, ws, hook["id"])
+    await attempted(client, ws, hook["id"])
     (request,) = receiver.requests
     assert len(request.headers["webhook-signature"].split(" ")) == 2
     Webhook(hook["secret"]).verify(request.body, request.headers)
@@ -84,7 +70,7 @@ async def test_rotation_grace_ends(
     clock.advance(86400 + 1)
     await publish(client, ws)
     await make_engine()
-    await settled(client, ws, hook["id"])
+    await attempted(client, ws, hook["id"])
     (request,) = receiver.requests
     assert len(request.headers["webhook-signature"].split(" ")) == 1
     Webhook(fresh).verify(request.body, request.headers)
@@ -101,7 +87,7 @@ async def test_server_error_schedules_a_retry(
     hook = await subscribe(client, ws, receiver.url())
     await publish(client, ws)
     await make_engine()
-    delivery = await settled(client, ws, hook["id"])
+    delivery = await attempted(client, ws, hook["id"])
     assert delivery["status"] == "pending"
     assert delivery["lastError"] == "HTTP 503"
     assert delivery["responseStatus"] == 503
@@ -116,7 +102,7 @@ async def test_redirect_is_a_failure_and_not_followed(
     hook = await subscribe(client, ws, receiver.url())
     await publish(client, ws)
     await make_engine()
-    delivery = await settled(client, ws, hook["id"])
+    delivery = await attempted(client, ws, hook["id"])
     assert delivery["status"] == "pending"
     assert delivery["responseStatus"] == 302
     assert delivery["lastError"].startswith("HTTP 302")
@@ -160,7 +146,7 @@ async def test_retry_after_is_honoured(
     await make_engine()
     delays = []
     for hook in hooks:
-        delivery = await settled(client, ws, hook["id"])
+        delivery = await attempted(client, ws, hook["id"])
         next_at = datetime.fromisoformat(delivery["nextAttemptAt"])
         delays.append((next_at - clock.now()).total_seconds())
     assert 115 < delays[0] < 125
@@ -175,7 +161,7 @@ async def test_timeout(
     hook = await subscribe(client, ws, receiver.url())
     await publish(client, ws)
     await make_engine(request_timeout=0.3)
-    delivery = await settled(client, ws, hook["id"])
+    delivery = await attempted(client, ws, hook["id"])
     assert delivery["lastError"] == "timeout after 0.3s"
     assert delivery["responseStatus"] is None
     assert delivery["responseMs"] >= 300
@@ -193,7 +179,7 @@ async def test_connection_refused(
     hook = await subscribe(client, ws, f"http://127.0.0.1:{port}/hook")
     await publish(client, ws)
     await make_engine()
-    delivery = await settled(client, ws, hook["id"])
+    delivery = await attempted(client, ws, hook["id"])
     assert delivery["lastError"] == "connection refused"
     assert delivery["responseStatus"] is None
 
@@ -216,7 +202,7 @@ async def test_oversized_response_is_cut_off(
     hook = await subscribe(client, ws, receiver.url())
     await publish(client, ws)
     engine = await make_engine()
-    delivery = await settled(client, ws, hook["id"])
+    delivery = await attempted(client, ws, hook["id"])
     assert delivery["status"] == "delivered"
     assert engine.in_flight == 0
 
@@ -229,7 +215,7 @@ async def test_loopback_is_blocked_by_default(
     await publish(client, ws)
     await make_engine(allowed_cidrs=())
     for hook in (literal, named):
-        delivery = await settled(client, ws, hook["id"])
+        delivery = await attempted(client, ws, hook["id"])
         assert delivery["lastError"] == "blocked: loopback address", delivery
         assert delivery["status"] == "pending"
     assert receiver.requests == []
@@ -255,7 +241,7 @@ async def test_manual_retry_resends_with_the_same_webhook_id(
     hook = await subscribe(client, ws, receiver.url())
     await publish(client, ws)
     await make_engine()
-    delivery = await settled(client, ws, hook["id"])
+    delivery = await attempted(client, ws, hook["id"])
     assert delivery["status"] == "delivered"
     resp = await client.post(
         f"/v1/webhooks/{hook['id']}/deliveries/{delivery['id']}/retry", headers=ws.headers
@@ -265,5 +251,5 @@ async def test_manual_retry_resends_with_the_same_webhook_id(
     first, second = receiver.requests
     assert first.headers["webhook-id"] == second.headers["webhook-id"] == delivery["id"]
     assert first.body == second.body
-    again = await settled(client, ws, hook["id"], attempts=2)
+    again = await attempted(client, ws, hook["id"], attempts=2)
     assert again["status"] == "delivered"
