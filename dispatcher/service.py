@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -93,17 +93,13 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         services = await build_services(db, settings, clock)
         engine = Engine(db, settings, clock) if settings.engine else None
         app = create_app(services)
-        if engine is not None:
-            app[ReadinessCheck] = [("engine", lambda: engine.running)]
-        carrier = SandboxCarrier(db, clock, settings.sandbox_delay)
         engine_ok = (lambda: engine.running) if engine is not None else (lambda: True)
+        if engine is not None:
+            app[ReadinessCheck] = [("engine", engine_ok)]
+        carrier = SandboxCarrier(db, clock, settings.sandbox_delay)
         background = [
             asyncio.create_task(carrier.run(), name="carrier"),
-            asyncio.create_task(monitor.run(db, clock, engine_ok), name="monitor"),
-            asyncio.create_task(
-                monitor.maintain(db, clock, settings.retention_days, settings.maintenance_interval),
-                name="maintenance",
-            ),
+            *start_housekeeping(db, clock, settings, engine_ok),
         ]
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -120,15 +116,32 @@ async def serve(settings: Settings, host: str, port: int) -> None:
             await site.stop()
             if engine is not None:
                 await engine.stop()
-            for task in background:
-                task.cancel()
-            for task in background:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_all(background)
             await runner.cleanup()
             if metrics_runner is not None:
                 await metrics_runner.cleanup()
     log.info("dispatcher.stopped")
+
+
+def start_housekeeping(
+    db: Database, clock: Clock, settings: Settings, engine_ok: Callable[[], bool]
+) -> list[asyncio.Task[None]]:
+    """The loops every process runs beside its real work: gauges and partition maintenance."""
+    return [
+        asyncio.create_task(monitor.run(db, clock, engine_ok), name="monitor"),
+        asyncio.create_task(
+            monitor.maintain(db, clock, settings.retention_days, settings.maintenance_interval),
+            name="maintenance",
+        ),
+    ]
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def start_metrics_port(settings: Settings, host: str) -> web.AppRunner | None:
@@ -150,23 +163,14 @@ async def work(settings: Settings) -> None:
         clock = SystemClock()
         engine = Engine(db, settings, clock)
         await engine.start()
-        watchers = [
-            asyncio.create_task(monitor.run(db, clock, lambda: engine.running)),
-            asyncio.create_task(
-                monitor.maintain(db, clock, settings.retention_days, settings.maintenance_interval)
-            ),
-        ]
+        watchers = start_housekeeping(db, clock, settings, lambda: engine.running)
         metrics_runner = await start_metrics_port(settings, settings.host)
         try:
             await stop.wait()
             log.info("dispatcher.stopping")
         finally:
             await engine.stop()
-            for watcher in watchers:
-                watcher.cancel()
-            for watcher in watchers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+            await cancel_all(watchers)
             if metrics_runner is not None:
                 await metrics_runner.cleanup()
     log.info("dispatcher.stopped")
