@@ -12,6 +12,7 @@ import orjson
 from dispatcher import __version__, log
 from dispatcher.api.context import SCOPES
 from dispatcher.domain.phone import is_e164
+from dispatcher.domain.text import is_blank
 from dispatcher.errors import DispatcherError
 from dispatcher.service import fail, open_database, run, serve, work
 from dispatcher.settings import Settings
@@ -98,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if args.command == "numbers" and not is_e164(args.number):
         fail(f"{args.number!r} is not an E.164 number (like +15555550100)", 2)
+    if args.command == "workspaces" and is_blank(args.name):
+        fail("the workspace name must contain visible characters, not only spaces or "
+             "invisible characters", 2)  # fmt: skip
     log.configure(settings.log_format, settings.log_level)
     try:
         if args.command == "serve":

@@ -46,7 +46,8 @@ END_TO_END = Histogram(
 )
 GIVEN_UP = Counter(
     "dispatcher_deliveries_given_up_total",
-    "Deliveries given up by the engine (exhausted retries, or 410 Gone).",
+    "Deliveries given up by the engine (exhausted retries, 410 Gone, or a retry given up "
+    "because its webhook was disabled or deleted during the attempt).",
     ["reason"],
 )
 WEBHOOKS_DISABLED = Counter(
@@ -133,7 +134,7 @@ def attempt_duration(outcome: str) -> Any:
 def _declare_label_values() -> None:
     """Create the known label values at import, so every series exists from the first scrape
     (an `increase()` over a series that appears at 1 would miss the first event)."""
-    for reason in ("exhausted", "gone"):
+    for reason in ("exhausted", "gone", "disabled"):
         GIVEN_UP.labels(reason)
     for reason in ("failing", "gone"):
         WEBHOOKS_DISABLED.labels(reason)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import re
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
-from yarl import URL
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+)
 
 from dispatcher.domain.events import EVENT_TYPES
 from dispatcher.domain.phone import is_e164
+from dispatcher.domain.text import is_blank
+from dispatcher.domain.urls import check_webhook_url
 
 
 def _e164(value: str) -> str:
@@ -17,13 +26,40 @@ def _e164(value: str) -> str:
     return value
 
 
+OptionalText = TypeVar("OptionalText", str, str | None)
+BLANK = "must contain visible characters, not only spaces or invisible characters"
+
+
 def _text(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be empty or only spaces")
+    if is_blank(value):
+        raise ValueError(BLANK)
+    return value
+
+
+def _optional_name(value: OptionalText) -> OptionalText:
+    """`""` (and null) clear an optional name; white space or invisible characters alone are
+    refused like any other blank text."""
+    if value and is_blank(value):
+        raise ValueError(BLANK)
+    return value
+
+
+# RFC 6838 type/subtype names, optionally with `; name=value` parameters.
+_MEDIA_TYPE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+    r"(?:\s*;\s*[A-Za-z0-9!#$&^_.+-]+=(?:[A-Za-z0-9!#$&^_.+-]+|\"[^\"\\\x00-\x1f]*\"))*"
+)
+
+
+def _media_type(value: str) -> str:
+    if not _MEDIA_TYPE.fullmatch(value):
+        raise ValueError("must be a media type like image/jpeg")
     return value
 
 
 E164 = Annotated[str, AfterValidator(_e164)]
+# Webhook and media URLs: accepted only when the sender could attempt them (domain/urls.py).
+WebhookUrl = Annotated[str, Field(min_length=1, max_length=2048), AfterValidator(check_webhook_url)]
 MessageText = Annotated[str, Field(min_length=1, max_length=1600), AfterValidator(_text)]
 
 
@@ -42,14 +78,15 @@ class SetConversationStatus(Body):
 
 
 class Media(Body):
-    contentType: str = Field(min_length=1, max_length=255)
-    url: str = Field(min_length=1, max_length=2048)
+    contentType: Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_media_type)]
+    url: WebhookUrl
 
 
 class InboundMessage(Body):
     from_: E164 = Field(alias="from")
     to: E164
-    text: Annotated[str, Field(max_length=1600)]
+    # "" stays possible (a carrier may hand over an empty text, e.g. with media only).
+    text: Annotated[str, Field(max_length=1600), AfterValidator(_optional_name)]
     media: list[Media] = Field(default_factory=list, max_length=10)
 
 
@@ -58,15 +95,6 @@ class InboundCall(Body):
     to: E164
     status: Literal["ringing", "answered", "completed", "missed", "forwarded"]
     durationSeconds: int | None = Field(default=None, ge=0, le=7 * 86400)
-
-
-def _webhook_url(value: str) -> str:
-    url = URL(value)
-    if url.scheme not in ("http", "https") or not url.is_absolute() or not url.host:
-        raise ValueError("must be an absolute http:// or https:// URL")
-    if url.user is not None or url.password is not None:
-        raise ValueError("must not contain credentials")
-    return value
 
 
 def _event_types(value: list[str]) -> list[str]:
@@ -84,10 +112,9 @@ def _distinct(value: list[str] | None) -> list[str] | None:
     return value
 
 
-WebhookUrl = Annotated[str, Field(min_length=1, max_length=2048), AfterValidator(_webhook_url)]
 EventTypes = Annotated[list[str], Field(min_length=1, max_length=64), AfterValidator(_event_types)]
 NumberIds = Annotated[list[str] | None, Field(max_length=1000), AfterValidator(_distinct)]
-Name = Annotated[str | None, Field(max_length=255)]
+Name = Annotated[str | None, Field(max_length=255), AfterValidator(_optional_name)]
 Concurrency = Annotated[int | None, Field(ge=1, le=1000)]
 
 

@@ -108,18 +108,38 @@ class Recorder:
         self.on_flushed()
         return True
 
-    async def flush_all(self, deadline: float) -> None:
-        loop = asyncio.get_running_loop()
-        while self._buffer and loop.time() < deadline:
-            if not await self.flush_once():
-                await asyncio.sleep(0.1)
+    async def flush_all(self, deadline: float) -> int:
+        """Write every buffered result, retrying until `deadline` (loop time). Returns how
+        many could not be written; those are logged at error level with their delivery ids,
+        since at shutdown nobody is left to write them later.
+
+        A result that is never written leaves its delivery leased and pending: once the lease
+        expires it is claimed and sent again, with the same `webhook-id` (at least once).
+        """
+        with contextlib.suppress(TimeoutError):
+            # Bounded even when a connection attempt hangs (a server that does not answer).
+            async with asyncio.timeout_at(deadline):
+                while self._buffer:
+                    if not await self.flush_once():
+                        await asyncio.sleep(0.1)
+        lost = list(self._buffer)
+        if lost:
+            log.error(
+                "engine.results_lost",
+                count=len(lost),
+                delivery_ids=[r.id for r in lost],
+                owner=self.owner,
+                consequence="each is sent again, same webhook-id, when its lease expires",
+            )
+        return len(lost)
 
     def _report(self, batch: list[queue.Result], recorded: queue.Recorded) -> None:
-        applied = set(recorded.applied)
         for result in batch:
-            if result.id not in applied or result.status != "failed":
+            if recorded.applied.get(result.id) != "failed":
                 continue
-            reason = "gone" if result.gone else "exhausted"
+            # Failed as decided (gone, exhausted), or a retry given up because the webhook
+            # was disabled or deleted while the attempt was in flight.
+            reason = "gone" if result.gone else "exhausted" if result.gave_up else "disabled"
             metrics.GIVEN_UP.labels(reason).inc()
             log.warning(
                 "delivery.given_up",

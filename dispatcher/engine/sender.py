@@ -4,6 +4,10 @@ One pooled `ClientSession` per process (keep-alive, DNS cache, a total connectio
 Every destination passes the address guard, applied to the addresses actually connected to:
 literal IPs before the request, names inside the resolver, so a name cannot resolve to one
 address when checked and another when connected.
+
+`send` never raises (but for cancellation): whatever goes wrong at any stage (the URL, the
+resolver, connecting, sending, reading) comes back as an Outcome with a plain message, so
+every attempt is recorded and follows the retry schedule.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ from typing import Any
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
-from yarl import URL
 
 from dispatcher import __version__
 from dispatcher.domain.addresses import Network, blocked_reason
 from dispatcher.domain.signing import secret_key, sign
+from dispatcher.domain.urls import InvalidUrl, parse_webhook_url
 
 MAX_RESPONSE_BYTES = 64 * 1024
 USER_AGENT = f"dispatcher/{__version__}"
@@ -81,15 +85,17 @@ class Sender:
         max_connections: int,
         wall_clock: Callable[[], float] = time.time,
         resolver: AbstractResolver | None = None,
+        trace_configs: Sequence[aiohttp.TraceConfig] = (),
     ) -> None:
         self.timeout = timeout
         self.allowed = tuple(allowed)
         self.max_connections = max_connections
         self.wall_clock = wall_clock
         self.inner_resolver = resolver
+        self.trace_configs = list(trace_configs)
         self._session: aiohttp.ClientSession | None = None
         self._keys: dict[str, bytes] = {}
-        self._verdicts: dict[str, str | None] = {}
+        self._verdicts: dict[str, tuple[str, str] | None] = {}
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -105,6 +111,7 @@ class Sender:
             trust_env=False,  # never route webhooks through an ambient proxy
             auto_decompress=False,
             skip_auto_headers=("Accept-Encoding",),
+            trace_configs=self.trace_configs or None,
         )
 
     async def close(self) -> None:
@@ -120,15 +127,23 @@ class Sender:
             key = self._keys[secret] = secret_key(secret)
         return key
 
-    def _literal_verdict(self, url: str) -> str | None:
-        """The guard's verdict on a URL whose host is a literal IP (names are judged by the
-        resolver); cached, since the same few URLs come back for every delivery."""
+    def _url_verdict(self, url: str) -> tuple[str, str] | None:
+        """(outcome kind, error) when the URL must not be attempted, else None: a URL the
+        sender cannot parse, or a literal IP the guard refuses (names are judged by the
+        resolver). Cached, since the same few URLs come back for every delivery."""
         try:
             return self._verdicts[url]
         except KeyError:
             pass
-        literal = _literal_ip(url)
-        verdict = None if literal is None else blocked_reason(literal, self.allowed)
+        verdict: tuple[str, str] | None = None
+        try:
+            target = parse_webhook_url(url)
+        except InvalidUrl as exc:
+            verdict = ("connection_error", f"the URL cannot be attempted: {exc}")
+        else:
+            reason = None if target.ip is None else blocked_reason(target.ip, self.allowed)
+            if reason is not None:
+                verdict = ("blocked", f"blocked: {reason}")
         if len(self._verdicts) > 100_000:
             self._verdicts.clear()
         self._verdicts[url] = verdict
@@ -156,9 +171,9 @@ class Sender:
             elapsed = int((time.perf_counter() - started) * 1000)
             return Outcome(kind, status, elapsed, error, **extra)
 
-        reason = self._literal_verdict(url)
-        if reason is not None:
-            return done("blocked", None, f"blocked: {reason}")
+        verdict = self._url_verdict(url)
+        if verdict is not None:
+            return done(verdict[0], None, verdict[1])
         try:
             async with self._session.post(
                 url,
@@ -197,10 +212,14 @@ class Sender:
             return done("connection_error", None, "connection closed before a response")
         except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError):
             return done("connection_error", None, "response interrupted")
-        except aiohttp.ClientError as exc:
-            return done("connection_error", None, f"connection error: {type(exc).__name__}")
+        except aiohttp.ClientError:
+            return done("connection_error", None, "connection error: the request failed")
         except OSError as exc:
             return done("connection_error", None, f"connection error: {exc.strerror or 'I/O'}")
+        except Exception:  # any other fault at any stage is still a recorded, failed attempt
+            return done(
+                "connection_error", None, "connection error: the request could not be completed"
+            )
 
 
 async def _drain(response: aiohttp.ClientResponse) -> bool:
@@ -212,13 +231,3 @@ async def _drain(response: aiohttp.ClientResponse) -> bool:
             return True
         read += len(chunk)
     return response.content.at_eof()
-
-
-def _literal_ip(url: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    host = URL(url).host
-    if host is None:
-        return None
-    try:
-        return ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return None

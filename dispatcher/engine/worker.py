@@ -20,6 +20,7 @@ import structlog
 
 from dispatcher import metrics
 from dispatcher.domain.clock import Clock, SystemClock
+from dispatcher.domain.events import TEST_EVENT
 from dispatcher.domain.retry import RetryPolicy, parse_retry_after
 from dispatcher.engine.recorder import Recorder
 from dispatcher.engine.sender import Outcome, Sender
@@ -116,13 +117,20 @@ class Engine:
         for task in list(self._in_flight.values()):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self.recorder.flush_all(deadline=loop.time() + 10.0)
+        # Results get as long again to be written (at least a second): when Postgres is away
+        # the shutdown stays bounded, and what cannot be written is logged as lost.
+        lost = await self.recorder.flush_all(
+            deadline=loop.time() + max(self.settings.shutdown_timeout, 1.0)
+        )
         if unfinished:
-            with contextlib.suppress(DispatcherError):
+            try:
                 released = await queue.release(
                     self.db, owner=self.owner, delivery_ids=unfinished, now=self.clock.now()
                 )
                 log.info("engine.released", count=released)
+            except DispatcherError as exc:  # due again when their leases expire
+                log.warning("engine.release_failed", count=len(unfinished),
+                            delivery_ids=unfinished, error=str(exc))  # fmt: skip
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -131,7 +139,7 @@ class Engine:
         await self.sender.close()
         self.running = False
         metrics.ENGINE_RUNNING.set(0)
-        log.info("engine.stopped", owner=self.owner, unfinished=len(unfinished))
+        log.info("engine.stopped", owner=self.owner, unfinished=len(unfinished), lost=lost)
 
     def poke(self) -> None:
         """Wake the claim loop (new work, or capacity came back)."""
@@ -210,13 +218,27 @@ class Engine:
     # -- one attempt ---------------------------------------------------------------------
 
     async def _attempt(self, claimed: queue.Claimed) -> None:
+        """One attempt, always recorded: nothing raised while sending escapes this task (it
+        would leave the delivery leased, unrecorded, and claimed again forever)."""
+        started = time.perf_counter()
         try:
             lag = (self.clock.now() - claimed.due_at).total_seconds()
             metrics.LAG.observe(max(lag, 0.0))
-            outcome = await self.sender.send(
-                claimed.url, claimed.id, claimed.secrets, claimed.payload
-            )
-            self._observe(claimed, outcome)
+            try:
+                outcome = await self.sender.send(
+                    claimed.url, claimed.id, claimed.secrets, claimed.payload
+                )
+            except Exception:
+                log.exception("engine.attempt_fault", delivery_id=claimed.id)
+                elapsed = int((time.perf_counter() - started) * 1000)
+                outcome = Outcome(
+                    "connection_error",
+                    None,
+                    elapsed,
+                    "connection error: the request could not be completed",
+                )
+            with contextlib.suppress(Exception):  # metrics must never cost a record
+                self._observe(claimed, outcome)
             self.recorder.add(self.decide(claimed, outcome))
         finally:
             self._in_flight.pop(claimed.id, None)
@@ -255,6 +277,7 @@ class Engine:
             id=claimed.id,
             webhook_id=claimed.webhook_id,
             attempts_before=claimed.attempts,
+            is_test=claimed.event_type == TEST_EVENT,
             status=status,
             response_status=outcome.status,
             response_ms=outcome.elapsed_ms,

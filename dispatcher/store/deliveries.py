@@ -103,9 +103,11 @@ async def retry(
     """Make a delivery due now, whatever its status; same id, so the same `webhook-id`."""
     async with db.transaction() as conn:
         hook = await _live_webhook(conn, workspace_id, webhook_id)
-        found = await conn.fetchval(
-            "SELECT id FROM deliveries WHERE workspace_id = $1 AND webhook_id = $2 AND id = $3 "
-            "FOR UPDATE",
+        # The row lock orders this retry against claims (which skip locked rows) and
+        # against other retries (which wait here, then see the row as it now is).
+        found = await conn.fetchrow(
+            "SELECT status, lease_owner, next_attempt_at FROM deliveries "
+            "WHERE workspace_id = $1 AND webhook_id = $2 AND id = $3 FOR UPDATE",
             workspace_id,
             webhook_id,
             delivery_id,
@@ -114,6 +116,15 @@ async def retry(
             raise NotFound("delivery not found")
         if hook["disabled_at"] is not None:
             raise Conflict("the webhook is disabled; enable it (PATCH enabled=true) to retry")
+        if (
+            found["status"] == "pending"
+            and found["lease_owner"] is not None
+            and found["next_attempt_at"] > now
+        ):
+            raise Conflict(
+                "the delivery is being attempted right now; a second request in parallel "
+                "would reach the receiver twice. Retry it once this attempt is recorded"
+            )
         await conn.execute(
             "UPDATE deliveries SET status = 'pending', next_attempt_at = $2, delivered_at = NULL, "
             "lease_owner = NULL WHERE id = $1",
@@ -133,11 +144,19 @@ async def recover(
     now: datetime,
 ) -> int:
     """Re-queue the window's failed deliveries and create those the webhook missed (while
-    disabled, or before it heard the type); returns how many were queued."""
+    disabled, or before it heard the type); returns how many were queued.
+
+    Only events created at or after the subscription itself count: `since` earlier than its
+    `createdAt` is moved up to it. Deliveries pending (in flight or waiting) or delivered are
+    never touched, so recover cannot make a second, parallel send.
+    """
     async with db.transaction() as conn:
         hook = await _live_webhook(conn, workspace_id, webhook_id)
         if hook["disabled_at"] is not None:
             raise Conflict("the webhook is disabled; enable it (PATCH enabled=true) to recover")
+        since = max(since, hook["created_at"])
+        if until <= since:
+            return 0
         requeued = await conn.execute(
             "UPDATE deliveries SET status = 'pending', next_attempt_at = $4, lease_owner = NULL "
             "WHERE webhook_id = $1 AND status = 'failed' AND created_at >= $2 AND created_at < $3",

@@ -36,49 +36,71 @@ WITH due AS (
       AND l.webhook_id IN (SELECT webhook_id FROM due)
     GROUP BY l.webhook_id
 ), ranked AS (
-    -- Per endpoint, only as many rows as it has free slots.
+    -- Per endpoint, only as many rows as it has free slots. Rows whose webhook was disabled
+    -- or deleted get `stopped` (why they are given up): they come up here only when a lease
+    -- taken before the disable ran out unrecorded (its engine died), since disabling settles
+    -- every row not in flight at once.
     SELECT due.id, due.next_attempt_at AS due_at,
            row_number() OVER (PARTITION BY due.webhook_id
                               ORDER BY due.next_attempt_at, due.id) AS rank,
-           coalesce(w.max_concurrency, $5) - coalesce(busy.n, 0) AS free
+           coalesce(w.max_concurrency, $5) - coalesce(busy.n, 0) AS free,
+           CASE WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+                WHEN w.disabled_at IS NOT NULL AND due.event_type <> 'webhook.test'
+                    THEN 'webhook disabled'
+           END AS stopped
     FROM due
     JOIN webhooks w ON w.id = due.webhook_id
     LEFT JOIN busy ON busy.webhook_id = due.webhook_id
-    WHERE w.deleted_at IS NULL
-      AND (w.disabled_at IS NULL OR due.event_type = 'webhook.test')
 )
 UPDATE deliveries d
-SET lease_owner = $2, next_attempt_at = $6
+SET lease_owner = CASE WHEN ranked.stopped IS NULL THEN $2::text END,
+    next_attempt_at = CASE WHEN ranked.stopped IS NULL THEN $6::timestamptz END,
+    status = CASE WHEN ranked.stopped IS NULL THEN 'pending' ELSE 'failed' END,
+    last_error = coalesce(ranked.stopped, d.last_error)
 FROM ranked, webhooks w, events e
 WHERE d.id = ranked.id
-  AND ranked.rank <= ranked.free
+  AND (ranked.stopped IS NOT NULL OR ranked.rank <= ranked.free)
   AND w.id = d.webhook_id
   AND e.id = d.event_id
   AND e.created_at = d.created_at
 RETURNING d.id, d.webhook_id, d.workspace_id, d.attempts, d.event_type, ranked.due_at,
           e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
-          w.previous_secret_expires_at, coalesce(w.max_concurrency, $5) AS max_concurrency
+          w.previous_secret_expires_at, coalesce(w.max_concurrency, $5) AS max_concurrency,
+          ranked.stopped IS NULL AS leased
 """
 
 RECORD = """
+-- An attempt that was made is always counted and its outcome written. A retry it would have
+-- scheduled is given up instead when the webhook was disabled (test deliveries excepted, as
+-- in the claim) or deleted while the attempt was in flight.
 UPDATE deliveries d
 SET attempts = d.attempts + 1,
-    status = r.status,
+    status = CASE WHEN r.status = 'pending' AND stop.reason IS NOT NULL THEN 'failed'
+                  ELSE r.status END,
     response_status = r.response_status,
     response_ms = r.response_ms,
-    last_error = r.last_error,
+    last_error = CASE WHEN r.status = 'pending' AND stop.reason IS NOT NULL
+                      THEN r.last_error || ' (' || stop.reason || ')'
+                      ELSE r.last_error END,
     delivered_at = r.delivered_at,
-    next_attempt_at = r.next_attempt_at,
+    next_attempt_at = CASE WHEN r.status = 'pending' AND stop.reason IS NOT NULL THEN NULL
+                           ELSE r.next_attempt_at END,
     lease_owner = NULL
 FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::timestamptz[],
-            $7::timestamptz[], $8::int[])
+            $7::timestamptz[], $8::int[], $10::bool[])
      AS r(id, status, response_status, response_ms, last_error, delivered_at,
-          next_attempt_at, attempts_before)
+          next_attempt_at, attempts_before, is_test),
+     webhooks w,
+     LATERAL (SELECT CASE WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+                          WHEN w.disabled_at IS NOT NULL AND NOT r.is_test
+                              THEN 'webhook disabled'
+                     END AS reason) stop
 WHERE d.id = r.id
+  AND w.id = d.webhook_id
   AND d.lease_owner = $9
   AND d.status = 'pending'
   AND d.attempts = r.attempts_before
-RETURNING d.id
+RETURNING d.id, d.status
 """
 
 FAILING_CLOCK = """
@@ -117,6 +139,7 @@ class Result:
     id: str
     webhook_id: str
     attempts_before: int
+    is_test: bool  # a `webhook.test` delivery (still tried while its webhook is disabled)
     status: str  # pending | delivered | failed
     response_status: int | None
     response_ms: int
@@ -145,6 +168,8 @@ async def claim(
         )
     claimed = []
     for row in rows:
+        if not row["leased"]:
+            continue  # given up in the claim: its webhook was disabled or deleted
         secrets = [row["secret"]]
         expires = row["previous_secret_expires_at"]
         if row["previous_secret"] and expires is not None and expires > now:
@@ -169,7 +194,7 @@ async def claim(
 
 @dataclass(frozen=True)
 class Recorded:
-    applied: list[str]  # delivery ids whose result was written
+    applied: dict[str, str]  # delivery id -> status now recorded, for results written
     disabled: dict[str, str]  # webhook id -> reason, for webhooks disabled by this batch
 
 
@@ -179,7 +204,7 @@ async def record(
     """Write a batch of results in one transaction: the deliveries (one statement), each
     endpoint's failure clock, and the disabling of endpoints that are gone or failing."""
     if not results:
-        return Recorded([], {})
+        return Recorded({}, {})
     async with db.transaction() as conn:
         rows = await conn.fetch(
             RECORD,
@@ -192,9 +217,10 @@ async def record(
             [r.next_attempt_at for r in results],
             [r.attempts_before for r in results],
             owner,
+            [r.is_test for r in results],
         )
-        applied_ids = {row["id"] for row in rows}
-        applied = [r for r in results if r.id in applied_ids]
+        statuses: dict[str, str] = {row["id"]: row["status"] for row in rows}
+        applied = [r for r in results if r.id in statuses]
         await _update_failure_clocks(conn, applied)
         disabled: dict[str, str] = {}
         gone = sorted({r.webhook_id for r in applied if r.gone})
@@ -210,7 +236,7 @@ async def record(
             ids = [row["id"] for row in failing]
             for webhook_id in await webhooks.disable(conn, ids, "failing", now):
                 disabled[webhook_id] = "failing"
-    return Recorded([r.id for r in applied], disabled)
+    return Recorded(statuses, disabled)
 
 
 async def _update_failure_clocks(conn: Connection, applied: Sequence[Result]) -> None:

@@ -1,0 +1,26 @@
+"""Text that carries content: not only white space or invisible characters.
+
+A message text or a name made only of spaces, line breaks, zero-width or other invisible
+characters (`"   "`, `"\\u200b"`) shows as nothing in every inbox and list, so every door
+refuses it. Invisible means: the Unicode categories Zs, Zl, Zp (spaces and separators), Cc
+(controls) and Cf (format: zero-width space and joiners, bidi marks, the BOM), plus the
+characters that render as blanks although Unicode files them as letters or symbols.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+_INVISIBLE_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf"})
+# Blank-rendering characters outside those categories: combining grapheme joiner, Hangul
+# fillers, Khmer inherent vowels, braille blank, Mongolian vowel separator (older Unicode).
+_INVISIBLE_CHARACTERS = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180e\u2800\u3164\uffa0")
+
+
+def is_invisible(char: str) -> bool:
+    return char in _INVISIBLE_CHARACTERS or unicodedata.category(char) in _INVISIBLE_CATEGORIES
+
+
+def is_blank(value: str) -> bool:
+    """True when `value` shows nothing: empty, or only white space and invisible characters."""
+    return all(is_invisible(char) for char in value)

@@ -1,0 +1,151 @@
+"""Whatever an attempt raises is a recorded, failed attempt that follows the schedule.
+
+The report: a URL the sender could not look up raised inside the attempt task; nothing was
+recorded and the delivery was claimed again forever. Here a fault is injected at each stage of
+a real request to a real receiver (resolve, connect, send, read), with exception types the
+sender does not expect, and a bad URL stored before validation existed is attempted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.test_utils import TestClient
+
+from dispatcher.domain.clock import FakeClock
+from dispatcher.engine.sender import Sender
+from dispatcher.engine.worker import Engine
+from dispatcher.store.database import Database
+from tests.conftest import Workspace
+from tests.engine.helpers import attempted, publish, subscribe
+from tests.receiver import EngineFactory, Receiver
+
+# What users read must not name exception classes, codecs or libraries.
+TECHNICAL = re.compile(r"(?i)[a-z]+Error\b|Exception|idna|codec|aiohttp|Client[A-Z]")
+
+
+class FailingResolver(AbstractResolver):
+    """A resolver that fails as the stdlib IDNA codec did on `a..b` (not an OSError)."""
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        raise UnicodeError("encoding with 'idna' codec failed (UnicodeError: label empty)")
+
+    async def close(self) -> None:
+        return None
+
+
+def raising(exc: BaseException) -> Callable[..., Awaitable[None]]:
+    async def hook(*_: Any) -> None:
+        raise exc
+
+    return hook
+
+
+def tracing(signal: str, exc: BaseException) -> aiohttp.TraceConfig:
+    config = aiohttp.TraceConfig()
+    getattr(config, signal).append(raising(exc))
+    return config
+
+
+FAULTS: dict[str, dict[str, Any]] = {
+    "resolve": {"resolver": FailingResolver()},
+    "connect": {"trace_configs": [tracing("on_connection_create_start", RuntimeError("boom"))]},
+    "send": {"trace_configs": [tracing("on_request_headers_sent", ValueError("bad header"))]},
+    "read": {
+        "trace_configs": [
+            tracing("on_request_end", UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid"))
+        ]
+    },
+    "before": {"trace_configs": [tracing("on_request_start", KeyError("x"))]},
+}
+
+
+@pytest.fixture
+async def unretrieved() -> AsyncIterator[list[dict[str, Any]]]:
+    """Exceptions reported by the loop ("Task exception was never retrieved" and the like)."""
+    loop = asyncio.get_running_loop()
+    seen: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    yield seen
+    loop.set_exception_handler(previous)
+
+
+async def engine_with(make_engine: EngineFactory, **sender_options: Any) -> Engine:
+    engine = await make_engine(start=False, retry_schedule=(1.0,), disable_after=10**8)
+    engine.sender = Sender(
+        timeout=engine.settings.request_timeout,
+        allowed=engine.settings.allowed_cidrs,
+        max_connections=10,
+        **sender_options,
+    )
+    await engine.start()
+    return engine
+
+
+@pytest.mark.parametrize("stage", list(FAULTS))
+async def test_a_fault_at_any_stage_is_a_recorded_attempt_on_schedule(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    receiver: Receiver,
+    make_engine: EngineFactory,
+    clock: FakeClock,
+    unretrieved: list[dict[str, Any]],
+    stage: str,
+) -> None:
+    # A host name, so that the resolver is on the path too.
+    hook = await subscribe(client, ws, f"http://localhost:{receiver.port}/hook")
+    await publish(client, ws)
+    engine = await engine_with(make_engine, **FAULTS[stage])
+    first = await attempted(client, ws, hook["id"])
+    assert first["status"] == "pending"
+    assert first["nextAttemptAt"] is not None
+    assert first["responseStatus"] is None
+    assert first["lastError"].startswith("connection error")
+    assert not TECHNICAL.search(first["lastError"]), first["lastError"]
+    clock.advance(2)
+    second = await attempted(client, ws, hook["id"], attempts=2, engine=engine)
+    assert second["status"] == "failed"  # the schedule ran out: given up
+    assert second["nextAttemptAt"] is None
+    assert unretrieved == []
+
+
+async def test_a_stored_url_the_sender_cannot_attempt_is_recorded(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    db: Database,
+    make_engine: EngineFactory,
+    clock: FakeClock,
+    unretrieved: list[dict[str, Any]],
+) -> None:
+    """A URL stored before the rules existed (written here behind the API's back)."""
+    hook = await subscribe(client, ws, "https://hooks.example.com/ok")
+    async with db.acquire() as conn:
+        await conn.execute("UPDATE webhooks SET url = 'http://a..b/ok' WHERE id = $1", hook["id"])
+    await publish(client, ws)
+    engine = await make_engine(retry_schedule=(1.0,), disable_after=10**8)
+    first = await attempted(client, ws, hook["id"])
+    assert first["status"] == "pending"
+    assert first["lastError"].startswith("the URL cannot be attempted: ")
+    assert "empty label" in first["lastError"]
+    assert not TECHNICAL.search(first["lastError"]), first["lastError"]
+    clock.advance(2)
+    second = await attempted(client, ws, hook["id"], attempts=2, engine=engine)
+    assert second["status"] == "failed"
+    # A manual retry makes one more recorded attempt, not an endless loop.
+    retried = await client.post(
+        f"/v1/webhooks/{hook['id']}/deliveries/{second['id']}/retry", headers=ws.headers
+    )
+    assert retried.status == 202
+    third = await attempted(client, ws, hook["id"], attempts=3, engine=engine)
+    assert third["status"] == "failed"
+    assert unretrieved == []
