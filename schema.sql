@@ -116,6 +116,11 @@ CREATE TABLE IF NOT EXISTS events (
     created_at       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (id, created_at)
 ) PARTITION BY RANGE (created_at);
+-- Schema 2: SHA-256 of the publishing request's body as a JSON value (sorted keys, no white
+-- space), kept with events published under an Idempotency-Key: under a used key only the
+-- identical request replays the event; another one is refused. NULL on rows from schema 1
+-- (they replay whatever the request, as they did) and on events published without a key.
+ALTER TABLE events ADD COLUMN IF NOT EXISTS request_fingerprint bytea;
 -- Idempotency keys are unique per workspace within 24 hours; publish() enforces that under an
 -- advisory lock (a unique index cannot span partitions without the partition key).
 CREATE INDEX IF NOT EXISTS events_idempotency
@@ -303,4 +308,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO dispatcher_schema (version) VALUES (1) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (2) ON CONFLICT DO NOTHING;

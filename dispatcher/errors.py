@@ -42,6 +42,11 @@ class Conflict(DispatcherError):
     """The request conflicts with the resource's current state."""
 
 
+class IdempotencyKeyReused(DispatcherError):
+    """This Idempotency-Key was already used with another request; send a new key for a new
+    request, or the identical request to read the first answer again."""
+
+
 class InvalidCursor(DispatcherError):
     """The cursor is not valid for this list and these filters."""
 

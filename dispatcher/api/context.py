@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from dispatcher.api.http import WORKSPACE_ID
+from dispatcher.api.http import WORKSPACE_ID, single_header
+from dispatcher.api.query import refuse_undeclared_body
 from dispatcher.domain.clock import Clock
 from dispatcher.errors import Forbidden, Unauthorized
 from dispatcher.settings import Settings
@@ -48,7 +49,9 @@ def services(request: web.Request) -> Services:
 
 
 async def authenticate(request: web.Request) -> ApiKey:
-    header = request.headers.get("Authorization", "")
+    # Two Authorization headers are refused before any key is looked up: picking one would
+    # let a proxy and this service disagree on who is calling.
+    header = single_header(request, "Authorization") or ""
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized()
@@ -61,7 +64,8 @@ async def authenticate(request: web.Request) -> ApiKey:
 def requires(
     scope: str,
 ) -> Callable[[ScopedHandler], Callable[[web.Request], Awaitable[web.StreamResponse]]]:
-    """Authenticate the caller and check `scope`; the handler gets the services and the key."""
+    """Authenticate the caller, check `scope`, and refuse a body the route does not take; the
+    handler gets the services and the key."""
     assert scope in SCOPES, scope
 
     def decorate(handler: ScopedHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -71,6 +75,7 @@ def requires(
             if scope not in key.scopes:
                 raise Forbidden(f"this API key lacks the scope {scope}")
             request[WORKSPACE_ID] = key.workspace_id
+            await refuse_undeclared_body(request)
             return await handler(request, services(request), key)
 
         guarded.scope = scope  # type: ignore[attr-defined]

@@ -6,8 +6,10 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from dispatcher.api import metrics
 from dispatcher.api.context import services
-from dispatcher.api.http import json_response
+from dispatcher.api.http import Handler, errors_middleware, json_response, shape_parser_errors
+from dispatcher.errors import DatabaseUnavailable
 from dispatcher.store import schema
 
 routes = web.RouteTableDef()
@@ -37,3 +39,42 @@ async def readyz(request: web.Request) -> web.Response:
     ready = all(checks.values())
     return json_response({"status": "ok" if ready else "unavailable", "checks": checks},
                          status=200 if ready else 503)  # fmt: skip
+
+
+def starting_app(*, engine: bool, serve_metrics: bool) -> web.Application:
+    """What the API port answers while the process waits for its database at start-up.
+
+    Alive (`/healthz` 200) but not ready (`/readyz` 503, every check false), and every other
+    route 503 `unavailable` with `Retry-After`: the answer the API gives during an outage, so
+    clients need no second rule. Every answer closes its connection, so that no client keeps
+    one open to this app when the full API takes over the port.
+    """
+
+    @web.middleware
+    async def close_connections(request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await handler(request)
+        response.force_close()
+        return response
+
+    async def not_ready(request: web.Request) -> web.Response:
+        checks = {"database": False, "schema": False}
+        if engine:
+            checks["engine"] = False
+        return json_response({"status": "unavailable", "checks": checks}, status=503)
+
+    async def not_here(request: web.Request) -> web.Response:
+        raise web.HTTPNotFound()
+
+    async def unavailable(request: web.Request) -> web.Response:
+        raise DatabaseUnavailable("database unavailable: not connected yet (starting)")
+
+    app = web.Application(middlewares=[close_connections, errors_middleware])
+    shape_parser_errors(app)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", not_ready)
+    if serve_metrics:
+        app.router.add_routes(metrics.routes)
+    else:
+        app.router.add_get("/metrics", not_here)
+    app.router.add_route("*", "/{tail:.*}", unavailable)
+    return app

@@ -1,4 +1,8 @@
-"""Responses, the one error shape, request ids, and reading JSON bodies."""
+"""Responses, the one error shape, request ids, and reading JSON bodies (or their absence).
+
+The error shape also covers requests aiohttp's own HTTP parser refuses before any middleware
+runs (see ShapedErrorProtocol).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from typing import Any, TypeVar
 
 import orjson
 import structlog
-from aiohttp import web
+from aiohttp import http_exceptions, web
 from pydantic import BaseModel, ValidationError
 
 from dispatcher import metrics
@@ -22,6 +26,7 @@ from dispatcher.errors import (
     DispatcherError,
     FieldError,
     Forbidden,
+    IdempotencyKeyReused,
     InvalidCursor,
     NotFound,
     Unauthorized,
@@ -97,6 +102,8 @@ def from_domain(exc: DispatcherError) -> ApiError:
         return ApiError(404, "not_found", exc.message)
     if isinstance(exc, Conflict):
         return ApiError(409, "conflict", exc.message)
+    if isinstance(exc, IdempotencyKeyReused):
+        return ApiError(422, "idempotency_key_reused", exc.message)
     if isinstance(exc, InvalidCursor):
         return ApiError(400, "invalid_cursor", exc.message)
     if isinstance(exc, Unauthorized):
@@ -178,14 +185,62 @@ def _error_response(error: ApiError, trace: str) -> web.Response:
     return json_response(error_body(error, trace), status=error.status, headers=error.headers)
 
 
-async def read_json(request: web.Request) -> Any:
+def single_header(request: web.Request, name: str) -> str | None:
+    """The value of a header that must not be sent twice, or None when it is absent.
+
+    Two values are ambiguous (a proxy may read one, we the other), so they are refused rather
+    than one of them picked.
+    """
+    values = request.headers.getall(name, [])
+    if len(values) > 1:
+        raise ValidationFailed([FieldError(f"header.{name}", "must be sent once, not repeated")])
+    return values[0] if values else None
+
+
+def _check_length(request: web.Request) -> None:
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
-    if request.content_type != "application/json":
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
+
+
+async def _read_raw(request: web.Request) -> bytes:
+    _check_length(request)
     raw = await request.read()
     if len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
+    return raw
+
+
+def _require_json_type(request: web.Request) -> None:
+    single_header(request, "Content-Type")
+    if request.content_type != "application/json":
+        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
+
+
+async def read_json(request: web.Request) -> Any:
+    _check_length(request)
+    _require_json_type(request)
+    return _decode(await _read_raw(request))
+
+
+async def read_no_body(request: web.Request) -> None:
+    """For endpoints that take no body: nothing (whatever the content type) or `{}` is fine;
+    anything else is refused as a body with unknown fields would be, so that a client never
+    believes a body it sent did something."""
+    if not request.body_exists:
+        return
+    raw = await _read_raw(request)
+    if not raw:
+        return
+    _require_json_type(request)
+    data = _decode(raw)
+    if not isinstance(data, dict):
+        raise ValidationFailed([FieldError("body", "this endpoint takes no body, or {}")])
+    if data:
+        raise ValidationFailed([FieldError(f"body.{name}", "unknown field") for name in data])
+
+
+def _decode(raw: bytes) -> Any:
+    """Parse a JSON body: UTF-8, no repeated keys, no NUL in strings."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -228,10 +283,15 @@ def _has_duplicate_keys(raw: bytes) -> bool:
 
 async def parse_body(request: web.Request, model: type[ModelT]) -> ModelT:
     """Read and validate a JSON object body; unknown fields are rejected."""
+    return validate(model, await read_object(request), "body")
+
+
+async def read_object(request: web.Request) -> dict[str, Any]:
+    """Read a JSON body that must be an object (not yet validated against a model)."""
     data = await read_json(request)
     if not isinstance(data, dict):
         raise ValidationFailed([FieldError("body", "the body must be a JSON object")])
-    return validate(model, data, "body")
+    return data
 
 
 def validate(model: type[ModelT], data: dict[str, Any], root: str) -> ModelT:
@@ -251,3 +311,108 @@ def _field_error(root: str, err: Any) -> FieldError:
     else:
         message = str(err["msg"]).removeprefix("Value error, ")
     return FieldError(path, message)
+
+
+# Requests aiohttp's HTTP parser refuses (unknown method, a header or request line over 8190
+# bytes, too many headers, broken framing, TLS on the plain port) never reach a middleware:
+# the protocol answers them itself with `RequestHandler.handle_error`, in text/plain and
+# without a request id. aiohttp has no supported hook for that answer (aio-libs/aiohttp#3287),
+# so the protocol class is replaced for this app's servers; see docs/api.md for what remains
+# out of reach.
+_PARSER_REASON = re.compile(r"[A-Za-z][A-Za-z -]{0,79}")
+
+
+def _protocol_error(status: int, exc: BaseException | None) -> ApiError:
+    """The answer to a request refused below the app; it never echoes the bytes sent."""
+    if status >= 500:
+        return ApiError(status, "internal_error", from_domain(DispatcherError()).message)
+    if isinstance(exc, http_exceptions.LineTooLong):
+        limit = exc.args[1] if len(exc.args) > 1 else "the limit of"
+        message = f"the request line or a header is longer than {limit} bytes"
+    elif isinstance(exc, http_exceptions.BadHttpMethod):
+        message = (
+            "this port speaks plain HTTP, and the request looks like TLS (https)"
+            if "HTTPS" in exc.message
+            else "the request does not start with an HTTP method this server knows"
+        )
+    elif isinstance(exc, http_exceptions.BadStatusLine):
+        message = "the request line is malformed; expected `METHOD /path HTTP/1.1`"
+    else:
+        # aiohttp's messages quote the offending bytes after a colon; only the reason before
+        # it is kept, and only when it is plain words.
+        reason = (getattr(exc, "message", "") or "").split("\n", 1)[0].split(":", 1)[0].strip()
+        message = "the HTTP request is malformed"
+        if _PARSER_REASON.fullmatch(reason):
+            message += f": {reason[0].lower()}{reason[1:]}"
+    return ApiError(status, "bad_request" if status == 400 else "http_error", message)
+
+
+class ShapedErrorProtocol(web.RequestHandler):
+    """aiohttp's per-connection protocol, answering what its parser refuses in the one error
+    shape (JSON, `trace` = a fresh `X-Request-Id`: the request's own headers are not known)."""
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:
+            # Part of an answer is out already: nothing sound can follow it (aiohttp's rule).
+            raise ConnectionError("an answer was already partly sent; closing the connection")
+        trace = uuid.uuid4().hex
+        error = _protocol_error(status, exc)
+        if status >= 500:
+            self.log_exception("Error handling request", exc_info=exc)
+            log.error("api.unhandled", trace=trace, error=type(exc).__name__)
+        else:
+            log.info(
+                "api.refused",
+                status=status,
+                error=type(exc).__name__,
+                reason=error.message,
+                request_id=trace,
+            )
+        response = json_response(
+            error_body(error, trace),
+            status=error.status,
+            headers={**error.headers, REQUEST_ID_HEADER: trace},
+        )
+        response.force_close()
+        return response
+
+
+class ShapedErrorServer(web.Server):
+    """A web.Server whose connections speak ShapedErrorProtocol."""
+
+    @classmethod
+    def like(cls, server: web.Server) -> ShapedErrorServer:
+        """The same server (handler, request factory, protocol settings), reshaped."""
+        return cls(
+            server.request_handler,
+            request_factory=server.request_factory,
+            handler_cancellation=server.handler_cancellation,
+            loop=server._loop,
+            **server._kwargs,
+        )
+
+    def __call__(self) -> web.RequestHandler:
+        return ShapedErrorProtocol(self, loop=self._loop, **self._kwargs)
+
+
+def shape_parser_errors(app: web.Application) -> None:
+    """Make every server aiohttp builds for `app` a ShapedErrorServer, whoever runs it
+    (`dispatcher serve`'s AppRunner, the tests' TestServer).
+
+    Every runner builds its server with the app's `_make_handler`; wrapping that one method on
+    this instance is the narrowest place aiohttp 3.14 leaves. `object.__setattr__` because
+    Application.__setattr__ warns about custom attributes in debug mode, and this one is
+    deliberate.
+    """
+    build = app._make_handler
+
+    def make_handler(**kwargs: Any) -> web.Server:
+        return ShapedErrorServer.like(build(**kwargs))
+
+    object.__setattr__(app, "_make_handler", make_handler)

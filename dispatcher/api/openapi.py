@@ -2,6 +2,8 @@
 
 Request bodies come from the pydantic models the handlers validate with, so they cannot drift;
 a test checks that every route of the app is documented and every documented route exists.
+The document is also the routes' declaration of their inputs: `route_inputs()` hands the
+query parameters and body of each operation to the middleware that refuses anything else.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from pydantic import BaseModel
 from dispatcher import __version__
 from dispatcher.api import models
 from dispatcher.api.http import json_response
+from dispatcher.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from dispatcher.api.query import RouteInputs
 from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
+from dispatcher.domain.phone import E164_PATTERN
 
 routes = web.RouteTableDef()
 
@@ -151,19 +156,22 @@ BODIES: dict[str, type[BaseModel]] = {
 }
 
 PAGE_PARAMS = [
-    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+    {"name": "limit", "in": "query",
+     "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}},
     {"name": "cursor", "in": "query", "schema": STR},
-]
+]  # fmt: skip
 ERRORS = {
     code: {"description": text, "content": {"application/json": {"schema": _ref("Error")}}}
     for code, text in {
-        "400": "invalid request",
+        "400": "invalid request: a field, header or query parameter is malformed, unknown or "
+        "repeated, or a body was sent where none is taken",
         "401": "missing or unknown API key",
         "403": "the key lacks the scope",
         "404": "not found",
         "409": "conflict with the resource's state",
         "413": "body over 1 MiB",
         "415": "body is not application/json",
+        "422": "the Idempotency-Key was already used with another request",
     }.items()
 }
 
@@ -176,7 +184,10 @@ def _q(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 NUMBER_ID = {"type": "string", "pattern": "^PN[0-9a-f]{32}$"}
-E164 = {"type": "string", "pattern": r"^\+[1-9]\d{1,14}$"}
+# ASCII digits: `\d` means any Unicode digit to some regex engines.
+E164 = {"type": "string", "pattern": f"^{E164_PATTERN}$"}
+# The IETF draft's key is a string of visible ASCII; 1..255 characters here.
+IDEMPOTENCY_KEY = {"type": "string", "pattern": "^[!-~]{1,255}$"}
 OPERATIONS: list[Operation] = [
     ("get", "/healthz", None, "healthz", None, 200, None, []),
     ("get", "/readyz", None, "readyz", None, 200, None, []),
@@ -220,8 +231,7 @@ OPERATIONS: list[Operation] = [
     ("post", "/v1/webhooks/{webhook_id}/recover", "webhooks:write", "recoverWebhook", "Recover",
      202, "Recovered", []),
     ("post", "/v1/events", "events:write", "publishEvent", "PublishEvent", 202, "EventEnvelope",
-     [{"name": "Idempotency-Key", "in": "header",
-       "schema": {"type": "string", "minLength": 1, "maxLength": 255}}]),
+     [{"name": "Idempotency-Key", "in": "header", "schema": IDEMPOTENCY_KEY}]),
 ]  # fmt: skip
 
 
@@ -239,12 +249,14 @@ def _operation(op: Operation) -> dict[str, Any]:
     elif status != 204:
         success["content"] = {"application/json": {"schema": {}}, "text/plain": {"schema": {}}}
     responses: dict[str, Any] = {str(status): success}
+    # Any operation can be sent a malformed query or a body it does not take (400, 413, 415).
+    responses.update({k: ERRORS[k] for k in ("400", "413", "415")})
     if scope is not None:
-        responses.update({k: v for k, v in ERRORS.items() if k in ("400", "401", "403", "404")})
-        if body is not None:
-            responses.update({k: ERRORS[k] for k in ("413", "415")})
+        responses.update({k: ERRORS[k] for k in ("401", "403", "404")})
         if op_id in ("retryDelivery", "recoverWebhook"):
             responses["409"] = ERRORS["409"]
+        if op_id == "publishEvent":
+            responses["422"] = ERRORS["422"]
     if path == "/readyz":
         responses["503"] = {
             "description": "not ready",
@@ -289,6 +301,19 @@ def document() -> dict[str, Any]:
 
 
 _DOCUMENT = document()
+
+
+def route_inputs() -> dict[tuple[str, str], RouteInputs]:
+    """(METHOD, path template) -> the query parameters, body and key the operation declares."""
+    return {
+        (method.upper(), path): RouteInputs(
+            query={p["name"]: p["schema"] for p in operation["parameters"] if p["in"] == "query"},
+            body="requestBody" in operation,
+            keyed=bool(operation["security"]),
+        )
+        for path, operations in _DOCUMENT["paths"].items()
+        for method, operation in operations.items()
+    }
 
 
 @routes.get("/v1/openapi.json")

@@ -20,6 +20,7 @@ import orjson
 from aiohttp import web
 
 from dispatcher.api.http import WORKSPACE_ID
+from dispatcher.api.query import integer_message, is_ascii_digits
 from dispatcher.errors import FieldError, InvalidCursor, ValidationFailed
 from dispatcher.store.pages import Page, Position
 
@@ -33,10 +34,8 @@ def parse_limit(request: web.Request) -> int:
     raw = request.query.get("limit")
     if raw is None:
         return DEFAULT_LIMIT
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise ValidationFailed(
-            [FieldError("query.limit", f"must be an integer from 1 to {MAX_LIMIT}")]
-        )
+    if not is_ascii_digits(raw) or not 1 <= int(raw) <= MAX_LIMIT:
+        raise ValidationFailed([FieldError("query.limit", integer_message(1, MAX_LIMIT))])
     return int(raw)
 
 

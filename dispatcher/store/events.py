@@ -8,6 +8,7 @@ from typing import Any
 from dispatcher import metrics
 from dispatcher.domain import ids
 from dispatcher.domain.events import envelope
+from dispatcher.errors import IdempotencyKeyReused
 from dispatcher.store.database import Connection, Database, Record
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
@@ -23,6 +24,7 @@ async def append_event(
     source: str,
     created_at: datetime,
     idempotency_key: str | None = None,
+    fingerprint: bytes | None = None,
 ) -> tuple[str, str, int]:
     """Store an event and fan it out, inside the caller's transaction.
 
@@ -32,7 +34,8 @@ async def append_event(
     payload = envelope(event_id, event_type, created_at, data)
     await conn.execute(
         "INSERT INTO events (id, workspace_id, type, number_id, source, payload, "
-        "idempotency_key, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "idempotency_key, request_fingerprint, created_at) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         event_id,
         workspace_id,
         event_type,
@@ -40,6 +43,7 @@ async def append_event(
         source,
         payload,
         idempotency_key,
+        fingerprint,
         created_at,
     )
     fanned: int = await conn.fetchval(
@@ -64,9 +68,15 @@ async def publish(
     data: dict[str, Any],
     idempotency_key: str | None,
     now: datetime,
+    fingerprint: bytes | None = None,
 ) -> tuple[str, bool]:
-    """Publish through the API; returns (payload, created). A repeated key within 24 hours
-    returns the first event's payload and creates nothing."""
+    """Publish through the API; returns (payload, created).
+
+    A key seen in this workspace within 24 hours returns the first event's payload and
+    creates nothing, if the request's fingerprint is the first one's; another request under
+    the key raises IdempotencyKeyReused (and creates nothing). Events stored before
+    fingerprints existed (NULL) replay whatever the request, as they did then.
+    """
     async with db.transaction() as conn:
         if idempotency_key is not None:
             await conn.execute(
@@ -75,7 +85,7 @@ async def publish(
                 idempotency_key,
             )
             existing: Record | None = await conn.fetchrow(
-                "SELECT payload FROM events "
+                "SELECT payload, request_fingerprint FROM events "
                 "WHERE workspace_id = $1 AND idempotency_key = $2 AND created_at > $3 "
                 "ORDER BY created_at DESC LIMIT 1",
                 workspace_id,
@@ -83,6 +93,9 @@ async def publish(
                 now - IDEMPOTENCY_WINDOW,
             )
             if existing is not None:
+                first = existing["request_fingerprint"]
+                if first is not None and first != fingerprint:
+                    raise IdempotencyKeyReused()
                 return existing["payload"], False
         _, payload, _ = await append_event(
             conn,
@@ -93,5 +106,6 @@ async def publish(
             source="api",
             created_at=now,
             idempotency_key=idempotency_key,
+            fingerprint=fingerprint,
         )
     return payload, True

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from dispatcher.store.database import Database
 
-SCHEMA_VERSION = 1
+# The version schema.sql records at its bottom; a database at another version is brought to
+# this one by applying the file again (2: events.request_fingerprint).
+SCHEMA_VERSION = 2
 _LOCK_KEY = 0x64697370  # "disp"
 
 

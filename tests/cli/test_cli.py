@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from dispatcher.store import workspaces
+from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
 
 
@@ -79,4 +79,24 @@ async def test_migrate_is_idempotent(database_url: str) -> None:
     for _ in range(2):
         code, out, _ = await cli(database_url, "migrate")
         assert code == 0
-        assert "version 1" in out
+        assert f"version {schema.SCHEMA_VERSION}" in out
+
+
+async def test_lookalike_numbers_and_blank_names_are_refused(
+    database_url: str, db: Database
+) -> None:
+    code, out, _ = await cli(database_url, "workspaces", "create", "Acme", "--json")
+    workspace_id = json.loads(out)["id"]
+    for number in (
+        "+15557770000\n",
+        "+1\u0665\u0665\u0665\u0667\u0667\u0667\u0660\u0660\u0660\u0660",
+        "+1\uff15\uff15\uff15\uff17\uff17\uff17\uff10\uff10\uff10\uff10",
+    ):
+        code, _, err = await cli(database_url, "numbers", "add", workspace_id, number)
+        assert code == 2 and "E.164" in err, number
+    for name in ("   ", "\u200b", "\t", "\u3000\u200d"):
+        code, _, err = await cli(database_url, "workspaces", "create", name)
+        assert code == 2 and "visible characters" in err, repr(name)
+    async with db.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM phone_numbers") == 0
+        assert await conn.fetchval("SELECT count(*) FROM workspaces") == 1

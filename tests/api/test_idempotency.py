@@ -1,0 +1,168 @@
+"""Idempotency-Key: only the identical request replays; another request under a used key is
+422 `idempotency_key_reused` and creates nothing (the IETF Idempotency-Key draft's choice)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from multidict import CIMultiDict
+
+from dispatcher.store import schema
+from dispatcher.store.database import Database
+from tests.conftest import Workspace
+
+FIRST = b'{"type": "contact.updated", "data": {"id": "CT1", "tags": ["a", "b"], "n": 1}}'
+
+
+async def post(client: TestClient[Any, Any], ws: Workspace, raw: bytes, key: str) -> Any:
+    headers = {**ws.headers, "Content-Type": "application/json", "Idempotency-Key": key}
+    return await client.post("/v1/events", data=raw, headers=headers)
+
+
+async def counts(db: Database) -> tuple[int, int]:
+    async with db.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT (SELECT count(*) FROM events) e, (SELECT count(*) FROM deliveries) d"
+        )
+    assert row is not None
+    return row["e"], row["d"]
+
+
+async def subscribe(client: TestClient[Any, Any], ws: Workspace) -> None:
+    resp = await client.post(
+        "/v1/webhooks",
+        json={"url": "https://hooks.example.com/", "events": ["contact.updated"]},
+        headers=ws.headers,
+    )
+    assert resp.status == 201
+
+
+# The first request written otherwise: key order, white space and escapes do not matter.
+SAME = [
+    FIRST,
+    b'{"data":{"n":1,"tags":["a","b"],"id":"CT1"},"type":"contact.updated"}',
+    b'\n{ "type" :\t"contact.updated",\r\n "data" : { "id" : "CT1" , "n" : 1 ,'
+    b' "tags" : [ "a" , "b" ] } }\n',
+    b'{"type": "contact.updated", "data": {"id": "\\u0043T1", "tags": ["\\u0061", "b"], "n": 1}}',
+]
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        # List order matters.
+        b'{"type": "contact.updated", "data": {"id": "CT1", "tags": ["b", "a"], "n": 1}}',
+        # Every value matters.
+        b'{"type": "contact.updated", "data": {"id": "CT2", "tags": ["a", "b"], "n": 1}}',
+        b'{"type": "contact.updated", "data": {"id": "CT1", "tags": ["a", "b"], "n": 2}}',
+        b'{"type": "contact.updated", "data": {"id": "CT1", "tags": ["a", "b"], "n": "1"}}',
+        b'{"type": "contact.deleted", "data": {"id": "CT1", "tags": ["a", "b"], "n": 1}}',
+        # A field added or removed, even one that is null.
+        b'{"type": "contact.updated", "data": {"id": "CT1", "tags": ["a", "b"], "n": 1, "x": 0}}',
+        b'{"type": "contact.updated", "data": {"id": "CT1", "tags": ["a", "b"]}}',
+        b'{"type": "contact.updated", "numberId": null,'
+        b' "data": {"id": "CT1", "tags": ["a", "b"], "n": 1}}',
+    ],
+)
+async def test_only_the_identical_request_replays(
+    client: TestClient[Any, Any], ws: Workspace, db: Database, other: bytes
+) -> None:
+    await subscribe(client, ws)
+    first = await post(client, ws, FIRST, "key-1")
+    assert first.status == 202
+    assert await counts(db) == (1, 1)
+    refused = await post(client, ws, other, "key-1")
+    assert refused.status == 422, await refused.text()
+    error = await refused.json()
+    assert error["code"] == "idempotency_key_reused"
+    assert error["status"] == 422 and error["title"] and error["message"]
+    assert error["trace"] == refused.headers["X-Request-Id"]
+    assert "Idempotent-Replayed" not in refused.headers
+    assert await counts(db) == (1, 1)
+    # The key still belongs to the first request, which replays however it is written.
+    for same in SAME:
+        again = await post(client, ws, same, "key-1")
+        assert again.status == 202, (same, await again.text())
+        assert again.headers.get("Idempotent-Replayed") == "true"
+        assert await again.json() == await first.json()
+    assert await counts(db) == (1, 1)
+
+
+async def test_racing_requests_under_one_key(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    """Ten different bodies at once under one key: one event, nine refusals; ten identical
+    bodies at once under another key: one event, nine replays of it."""
+    await subscribe(client, ws)
+    bodies = [b'{"type": "contact.updated", "data": {"id": "CT%d"}}' % i for i in range(10)]
+    answers = await asyncio.gather(*(post(client, ws, b, "race-a") for b in bodies))
+    assert sorted(a.status for a in answers) == [202] + [422] * 9
+    assert await counts(db) == (1, 1)
+    same = await asyncio.gather(*(post(client, ws, bodies[0], "race-b") for _ in range(10)))
+    assert [a.status for a in same] == [202] * 10
+    ids = {(await a.json())["id"] for a in same}
+    assert len(ids) == 1
+    assert sum(a.headers.get("Idempotent-Replayed") == "true" for a in same) == 9
+    assert await counts(db) == (2, 2)
+
+
+async def test_an_event_stored_before_fingerprints_replays_as_before(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    """Rows written by schema version 1 carry no fingerprint: any body under their key
+    replays them, as it did then."""
+    first = await post(client, ws, FIRST, "old-key")
+    async with db.acquire() as conn:
+        await conn.execute("UPDATE events SET request_fingerprint = NULL")
+    other = b'{"type": "contact.updated", "data": {"id": "CT9"}}'
+    again = await post(client, ws, other, "old-key")
+    assert again.status == 202
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert (await again.json())["id"] == (await first.json())["id"]
+
+
+async def test_the_key_must_be_visible_ascii(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    for key in ("with space", "tab\there", "ключ", "caf\u00e9", "k" * 256):
+        resp = await post(client, ws, FIRST, key)
+        assert resp.status == 400, (key, await resp.text())
+        error = await resp.json()
+        assert error["code"] == "validation_error"
+        assert [e["path"] for e in error["errors"]] == ["header.Idempotency-Key"]
+    assert await counts(db) == (0, 0)
+    for key in ("k", "!~\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}", "K" * 255):
+        resp = await post(client, ws, FIRST, key)
+        assert resp.status == 202, (key, await resp.text())
+
+
+async def test_a_repeated_key_header_is_refused(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    for values in (("a", "b"), ("a", "a")):
+        headers: CIMultiDict[str] = CIMultiDict(ws.headers)
+        headers["Content-Type"] = "application/json"
+        for value in values:
+            headers.add("Idempotency-Key", value)
+        resp = await client.post("/v1/events", data=FIRST, headers=headers)
+        assert resp.status == 400, await resp.text()
+        error = await resp.json()
+        assert [e["path"] for e in error["errors"]] == ["header.Idempotency-Key"]
+    assert await counts(db) == (0, 0)
+
+
+async def test_a_version_one_database_migrates_by_applying_the_file(db: Database) -> None:
+    async with db.acquire() as conn:
+        await conn.execute("ALTER TABLE events DROP COLUMN request_fingerprint")
+        await conn.execute("TRUNCATE dispatcher_schema")
+        await conn.execute("INSERT INTO dispatcher_schema (version) VALUES (1)")
+    assert await schema.apply_schema(db) == schema.SCHEMA_VERSION == 2
+    async with db.acquire() as conn:
+        column = await conn.fetchval(
+            "SELECT data_type FROM information_schema.columns "
+            "WHERE table_name = 'events' AND column_name = 'request_fingerprint'"
+        )
+    assert column == "bytea"
