@@ -27,7 +27,7 @@ async def refresh_once(db: Database, clock: Clock, engine_running: Callable[[], 
     except DispatcherError as exc:
         log.debug("monitor.refresh_failed", error=str(exc))
     metrics.DB_POOL_IN_USE.set(db.in_use)
-    metrics.DB_POOL_SIZE.set(db.pool.get_size())
+    metrics.DB_POOL_SIZE.set(db.size)
     metrics.READY.set(1 if ready else 0)
     return ready
 

@@ -1,14 +1,21 @@
-"""Process wiring shared by the CLI commands: database (embedded or not), schema, app, loops."""
+"""Process wiring shared by the CLI commands: database (embedded or not), schema, app, loops.
+
+`serve` and `worker` ride out a database that is not there yet exactly as they ride out an
+outage once running: they wait with backoff (the API port already answers `/healthz` 200 and
+`/readyz` 503) for up to DISPATCHER_STARTUP_TIMEOUT seconds, then exit with one clear line.
+The admin commands (`migrate`, `workspaces`, ...) fail at once instead: someone is watching.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import signal
+import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from aiohttp import web
@@ -16,12 +23,13 @@ from aiohttp import web
 from dispatcher import monitor
 from dispatcher.api.app import create_app
 from dispatcher.api.context import SCOPES, Services
-from dispatcher.api.health import ReadinessCheck
+from dispatcher.api.health import ReadinessCheck, starting_app
 from dispatcher.api.metrics import metrics_only_app
 from dispatcher.carrier import SandboxCarrier
 from dispatcher.domain.clock import Clock, SystemClock
 from dispatcher.engine.worker import Engine
-from dispatcher.settings import Settings
+from dispatcher.errors import ConfigurationError, DatabaseUnavailable, DispatcherError
+from dispatcher.settings import Settings, redact_url
 from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.embedded import start_embedded, stop_embedded
@@ -29,29 +37,96 @@ from dispatcher.store.embedded import start_embedded, stop_embedded
 log = structlog.get_logger("dispatcher")
 
 DEMO_NUMBER = "+15555550100"
+# Start-up retries: the first after 0.1 s, doubling up to this.
+STARTUP_MAX_BACKOFF = 5.0
+LISTEN_BACKLOG = 128
+
+T = TypeVar("T")
 
 
 @asynccontextmanager
-async def open_database(settings: Settings, *, migrate: bool = True) -> AsyncIterator[Database]:
-    """The pool for DATABASE_URL, or for an embedded server started (and stopped) here."""
+async def database_for(settings: Settings) -> AsyncIterator[Database]:
+    """A pool, not yet connected, for DATABASE_URL or for an embedded server started (and
+    stopped) here; closed on the way out."""
     server: Any = None
     url = settings.database_url
     if url is None:
         url, server = await asyncio.to_thread(start_embedded, settings.pgdata)
         log.info("database.embedded", pgdata=settings.pgdata)
     assert url is not None
+    db = Database(url, min_size=1, max_size=settings.pool_size)
     try:
-        db = await Database.open(url, min_size=1, max_size=settings.pool_size)
-        try:
-            if migrate:
-                version = await schema.apply_schema(db)
-                log.info("database.schema", version=version)
-            yield db
-        finally:
-            await db.close()
+        yield db
     finally:
+        await db.close()
         if server is not None:
             await asyncio.to_thread(stop_embedded, server)
+
+
+@asynccontextmanager
+async def open_database(settings: Settings, *, migrate: bool = True) -> AsyncIterator[Database]:
+    """A connected pool, or DatabaseUnavailable at once (the admin commands)."""
+    async with database_for(settings) as db:
+        await db.connect()
+        if migrate:
+            await prepare_schema(db)
+        yield db
+
+
+async def wait_for_database(
+    db: Database,
+    settings: Settings,
+    stop: asyncio.Event,
+    prepare: Callable[[Database], Awaitable[T]],
+) -> T | None:
+    """Connect and run `prepare` (schema, ...), retrying with backoff while the database
+    cannot be reached, for up to DISPATCHER_STARTUP_TIMEOUT seconds.
+
+    Returns what `prepare` returned, or None when SIGTERM/SIGINT came first. Past the
+    deadline, raises DatabaseUnavailable with a one-line message naming the server (password
+    masked); a refused statement (bad credentials, no such database) is not retried.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.startup_timeout
+    backoff = 0.1
+    attempts = 0
+    while not stop.is_set():
+        attempts += 1
+        try:
+            async with asyncio.timeout(max(deadline - loop.time(), 0.5)):
+                await db.connect()
+            result = await prepare(db)
+            if attempts > 1:
+                log.info("database.connected", attempts=attempts)
+            return result
+        except DatabaseUnavailable as exc:
+            error = str(exc)
+        except TimeoutError:
+            error = "database unavailable: no answer in time"
+        except DispatcherError as exc:  # reached, but refused: waiting will not help
+            raise DispatcherError(f"the database at {redact_url(db.url)}: {exc}") from exc
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise DatabaseUnavailable(
+                f"could not reach the database at {redact_url(db.url)} within "
+                f"{settings.startup_timeout:g}s (DISPATCHER_STARTUP_TIMEOUT): {error}"
+            )
+        if attempts == 1:
+            log.warning("database.waiting", url=redact_url(db.url), error=error,
+                        timeout=settings.startup_timeout)  # fmt: skip
+        else:
+            log.debug("database.still_waiting", attempts=attempts, error=error)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=min(backoff, remaining))
+        backoff = min(backoff * 2, STARTUP_MAX_BACKOFF)
+    log.info("database.wait_abandoned", reason="stop signal")
+    return None
+
+
+async def prepare_schema(db: Database) -> int:
+    version = await schema.apply_schema(db)
+    log.info("database.schema", version=version)
+    return version
 
 
 async def build_services(db: Database, settings: Settings, clock: Clock) -> Services:
@@ -81,46 +156,134 @@ def stop_signals() -> asyncio.Event:
     return stop
 
 
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Bind the API port first thing, as the event loop would (every address `host` resolves
+    to, SO_REUSEADDR, IPv6 sockets v6-only): probes get an answer while the database is being
+    waited for, the full API takes over the very same sockets (no moment without a listener),
+    and the port logged is the one bound (`--port 0` picks a free one)."""
+    sockets: list[socket.socket] = []
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        seen: set[tuple[int, Any]] = set()
+        for family, kind, proto, _, address in infos:
+            if (family, address) in seen:
+                continue
+            seen.add((family, address))
+            if sockets and port == 0:  # the others share the port the first one got
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(LISTEN_BACKLOG)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        reason = exc.strerror or str(exc)
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {reason}") from exc
+    return sockets
+
+
+async def serve_on(runner: web.AppRunner, sockets: list[socket.socket]) -> None:
+    for sock in sockets:
+        await web.SockSite(runner, sock).start()
+
+
 async def serve(settings: Settings, host: str, port: int) -> None:
     stop = stop_signals()
     clock = SystemClock()
+    sockets = listen(host, port)
+    port = int(sockets[0].getsockname()[1])
+    # The values in effect: --host/--port override the settings, and port 0 is resolved.
+    settings = settings.with_changes(host=host, port=port)
     log.info("dispatcher.start", settings=settings.redacted(), host=host, port=port)
-    async with open_database(settings) as db:
-        if settings.demo:
-            key = await workspaces.create_demo_if_empty(db, DEMO_NUMBER, sorted(SCOPES))
-            if key is not None:
-                print_demo(key, host, port)
-        services = await build_services(db, settings, clock)
-        engine = Engine(db, settings, clock) if settings.engine else None
-        app = create_app(services)
-        engine_ok = (lambda: engine.running) if engine is not None else (lambda: True)
-        if engine is not None:
-            app[ReadinessCheck] = [("engine", engine_ok)]
-        carrier = SandboxCarrier(db, clock, settings.sandbox_delay)
-        background = [
-            asyncio.create_task(carrier.run(), name="carrier"),
-            *start_housekeeping(db, clock, settings, engine_ok),
-        ]
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        metrics_runner = await start_metrics_port(settings, host)
-        if engine is not None:
-            await engine.start()
-        log.info("api.listening", url=f"http://{host}:{port}", engine=engine is not None)
-        try:
-            await stop.wait()
-            log.info("dispatcher.stopping")
-        finally:
-            await site.stop()
-            if engine is not None:
-                await engine.stop()
-            await cancel_all(background)
+    metrics_runner: web.AppRunner | None = None
+    starting: web.AppRunner | None = None
+
+    async def hand_over() -> None:
+        """The full API listens on the sockets now: the start-up answers stop."""
+        nonlocal starting
+        if starting is not None:
+            runner, starting = starting, None
             await runner.cleanup()
-            if metrics_runner is not None:
-                await metrics_runner.cleanup()
-    log.info("dispatcher.stopped")
+
+    try:
+        metrics_runner = await start_metrics_port(settings, host)
+        # Until the database is reached: alive, not ready, API 503 (see api/health.py).
+        starting = web.AppRunner(
+            starting_app(engine=settings.engine, serve_metrics=settings.metrics_port is None),
+            access_log=None,
+        )
+        await starting.setup()
+        await serve_on(starting, [sock.dup() for sock in sockets])
+        async with database_for(settings) as db:
+
+            async def prepare(db: Database) -> tuple[Services, str | None]:
+                await prepare_schema(db)
+                key = None
+                if settings.demo:
+                    key = await workspaces.create_demo_if_empty(db, DEMO_NUMBER, sorted(SCOPES))
+                return await build_services(db, settings, clock), key
+
+            prepared = await wait_for_database(db, settings, stop, prepare)
+            if prepared is not None:
+                services, demo_key = prepared
+                await run_api(db, services, sockets, hand_over, stop, demo_key)
+    finally:
+        await hand_over()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
+        for sock in sockets:
+            sock.close()
+        log.info("dispatcher.stopped")
+
+
+async def run_api(
+    db: Database,
+    services: Services,
+    sockets: list[socket.socket],
+    hand_over: Callable[[], Awaitable[None]],
+    stop: asyncio.Event,
+    demo_key: str | None,
+) -> None:
+    """The full API and the loops, from a connected database to the stop signal."""
+    settings, clock = services.settings, services.clock
+    engine = Engine(db, settings, clock) if settings.engine else None
+    app = create_app(services)
+    engine_ok = (lambda: engine.running) if engine is not None else (lambda: True)
+    if engine is not None:
+        app[ReadinessCheck] = [("engine", engine_ok)]
+    carrier = SandboxCarrier(db, clock, settings.sandbox_delay)
+    background = [
+        asyncio.create_task(carrier.run(), name="carrier"),
+        *start_housekeeping(db, clock, settings, engine_ok),
+    ]
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await serve_on(runner, sockets)
+    # Both listen on the same sockets for a moment; then only the full API does.
+    await hand_over()
+    if demo_key is not None:
+        print_demo(demo_key, settings.host, settings.port)
+    if engine is not None:
+        await engine.start()
+    log.info(
+        "api.listening", url=f"http://{settings.host}:{settings.port}", engine=engine is not None
+    )
+    try:
+        await stop.wait()
+        log.info("dispatcher.stopping")
+    finally:
+        for site in runner.sites:  # stop accepting; requests in progress finish
+            await site.stop()
+        if engine is not None:
+            await engine.stop()
+        await cancel_all(background)
+        await runner.cleanup()
 
 
 def start_housekeeping(
@@ -145,13 +308,23 @@ async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
 
 
 async def start_metrics_port(settings: Settings, host: str) -> web.AppRunner | None:
-    """Serve /metrics on DISPATCHER_METRICS_PORT too, when set."""
+    """Serve /metrics on DISPATCHER_METRICS_PORT, when set (and then only there: the API
+    port answers 404). Started before the database is reached: a scrape during start-up
+    shows `dispatcher_ready 0`."""
     if settings.metrics_port is None:
         return None
     runner = web.AppRunner(metrics_only_app(), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, settings.metrics_port).start()
-    log.info("metrics.listening", url=f"http://{host}:{settings.metrics_port}/metrics")
+    try:
+        await web.TCPSite(runner, host, settings.metrics_port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        reason = exc.strerror or str(exc)
+        raise ConfigurationError(
+            f"cannot listen on {host}:{settings.metrics_port} (DISPATCHER_METRICS_PORT): {reason}"
+        ) from exc
+    bound = runner.addresses[0][1] if runner.addresses else settings.metrics_port
+    log.info("metrics.listening", url=f"http://{host}:{bound}/metrics")
     return runner
 
 
@@ -159,21 +332,25 @@ async def work(settings: Settings) -> None:
     """The delivery engine alone (`dispatcher worker`), to scale it apart from the API."""
     stop = stop_signals()
     log.info("dispatcher.worker.start", settings=settings.redacted())
-    async with open_database(settings) as db:
-        clock = SystemClock()
-        engine = Engine(db, settings, clock)
-        await engine.start()
-        watchers = start_housekeeping(db, clock, settings, lambda: engine.running)
-        metrics_runner = await start_metrics_port(settings, settings.host)
-        try:
-            await stop.wait()
-            log.info("dispatcher.stopping")
-        finally:
-            await engine.stop()
-            await cancel_all(watchers)
-            if metrics_runner is not None:
-                await metrics_runner.cleanup()
-    log.info("dispatcher.stopped")
+    metrics_runner = await start_metrics_port(settings, settings.host)
+    try:
+        async with database_for(settings) as db:
+            if await wait_for_database(db, settings, stop, prepare_schema) is None:
+                return
+            clock = SystemClock()
+            engine = Engine(db, settings, clock)
+            await engine.start()
+            watchers = start_housekeeping(db, clock, settings, lambda: engine.running)
+            try:
+                await stop.wait()
+                log.info("dispatcher.stopping")
+            finally:
+                await engine.stop()
+                await cancel_all(watchers)
+    finally:
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
+        log.info("dispatcher.stopped")
 
 
 def run(coro: Any) -> Any:

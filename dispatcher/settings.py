@@ -30,6 +30,7 @@ class Settings:
     log_level: str = "info"
     demo: bool = True
     pool_size: int = 10
+    startup_timeout: float = 60.0
     # Delivery engine
     retry_schedule: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE
     request_timeout: float = 15.0
@@ -80,6 +81,7 @@ class Settings:
         read("DISPATCHER_LOG_LEVEL", "log_level", _choice("debug", "info", "warning", "error"))
         read("DISPATCHER_DEMO", "demo", _on_off)
         read("DISPATCHER_POOL_SIZE", "pool_size", _int_between(2, 1000))
+        read("DISPATCHER_STARTUP_TIMEOUT", "startup_timeout", _float_between(0.0, 3600.0))
         read("DISPATCHER_RETRY_SCHEDULE", "retry_schedule", _schedule)
         read("DISPATCHER_REQUEST_TIMEOUT", "request_timeout", _float_between(0.1, 30.0))
         read("DISPATCHER_DISABLE_AFTER", "disable_after", _float_between(0.0, 10 * 365 * 86400))

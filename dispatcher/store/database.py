@@ -1,7 +1,13 @@
-"""The connection pool, and the one boundary where driver errors become domain errors."""
+"""The connection pool, and the one boundary where driver errors become domain errors.
+
+Nothing outside `store/` sees an asyncpg exception: a failure that means "the server is not
+there (right now)" becomes `DatabaseUnavailable` (the API answers 503 `unavailable` with
+`Retry-After`; the engine backs off), any other refusal becomes `StoreError`.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
@@ -9,35 +15,96 @@ from typing import Any, TypeAlias
 import asyncpg
 import asyncpg.pool
 import orjson
+import structlog
 
 from dispatcher.errors import DatabaseUnavailable, DispatcherError
 
 Record: TypeAlias = asyncpg.Record
 Connection: TypeAlias = "asyncpg.Connection[Record] | asyncpg.pool.PoolConnectionProxy[Record]"
 
+log = structlog.get_logger("dispatcher.store")
+
 # Errors that mean "the server is not there (right now)", as opposed to a bad statement.
+# TimeoutError (a connect or acquire that took too long) is an OSError since Python 3.3;
+# it is named for the reader. asyncpg's InterfaceError covers a connection that is closed or
+# was taken back by the pool; ConnectionDoesNotExistError (08003) is a PostgresConnectionError.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
+    TimeoutError,
     asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError,
-    asyncpg.TooManyConnectionsError,
+    asyncpg.PostgresConnectionError,  # sqlstate class 08
+    asyncpg.CannotConnectNowError,  # 57P03: starting up, shutting down, in recovery
+    asyncpg.AdminShutdownError,  # 57P01
+    asyncpg.CrashShutdownError,  # 57P02
+    asyncpg.TooManyConnectionsError,  # 53300
     asyncpg.InternalClientError,  # a connection left in a broken protocol state
 )
 DRIVER_ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, asyncpg.PostgresError)
+
+# The same, by sqlstate: a server may answer with a code asyncpg has no class for.
+UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+# A release resets the connection (one short statement); one that takes longer than this is
+# given up and the connection closed instead.
+RELEASE_TIMEOUT = 10.0
+CLOSE_TIMEOUT = 10.0
 
 
 class StoreError(DispatcherError):
     """The database refused a statement."""
 
 
-def translate(exc: BaseException) -> DispatcherError:
+# InterfaceErrors that are about the statement or the client, not the server: a value asyncpg
+# cannot encode for its column is a bug to report (500), not an outage to retry (503).
+NOT_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions._base.DataError,
+    asyncpg.exceptions._base.ClientConfigurationError,
+    asyncpg.exceptions._base.UnsupportedClientFeatureError,
+    asyncpg.exceptions._base.UnsupportedServerFeatureError,
+)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` means the server cannot be reached (as opposed to a refused statement)."""
+    if isinstance(exc, NOT_UNAVAILABLE):
+        return False
     if isinstance(exc, CONNECTION_ERRORS):
-        return DatabaseUnavailable(f"database unavailable: {type(exc).__name__}")
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        state = str(getattr(exc, "sqlstate", "") or "")
+        return (
+            state.startswith("08")
+            or state in UNAVAILABLE_SQLSTATES
+            or "cannot connect now" in str(exc).lower()
+        )
+    return False
+
+
+def translate(exc: BaseException) -> DispatcherError:
+    if is_unavailable(exc):
+        detail = str(exc).strip()
+        reason = type(exc).__name__ + (f" ({detail[:200]})" if detail else "")
+        return DatabaseUnavailable(f"database unavailable: {reason}")
     if isinstance(exc, asyncpg.PostgresError):
         return StoreError(f"database error {exc.sqlstate}: {exc}")
+    if isinstance(exc, NOT_UNAVAILABLE):
+        return StoreError(f"database client error: {exc}")
     return DispatcherError(str(exc))
+
+
+def terminate(conn: Connection) -> None:
+    """Close a broken connection at once, so that the pool replaces it instead of resetting
+    it (a reset can hang on a connection in a broken state).
+
+    Safe whether or not the pool already took the connection back: when the server drops a
+    connection, asyncpg returns it to the pool by itself, and the proxy then refuses every
+    call with InterfaceError ("released back to the pool"). There is nothing left to close
+    then, and that refusal must not turn a 503 into a 500.
+    """
+    try:
+        conn.terminate()
+    except Exception as exc:  # released already, or closed: nothing to do
+        log.debug("database.terminate_skipped", error=type(exc).__name__)
 
 
 async def _init_connection(conn: Connection) -> None:
@@ -53,69 +120,131 @@ async def connect(url: str, **kwargs: Any) -> asyncpg.Connection[Record]:
     """A single connection outside the pool (LISTEN, admin)."""
     try:
         conn: asyncpg.Connection[Record] = await asyncpg.connect(url, **kwargs)
-        await _init_connection(conn)
-        return conn
     except DRIVER_ERRORS as exc:
         raise translate(exc) from exc
+    try:
+        await _init_connection(conn)
+    except DRIVER_ERRORS as exc:
+        conn.terminate()
+        raise translate(exc) from exc
+    return conn
 
 
 class Database:
-    """A pool of connections. Every use goes through `acquire` or `transaction`."""
+    """A pool of connections. Every use goes through `acquire` or `transaction`.
 
-    def __init__(self, pool: asyncpg.Pool, url: str) -> None:
-        self.pool = pool
-        self.url = url
+    It can exist before the server is reachable (`Database(url)`, then `await connect()`), so
+    that a process can serve its probes while it waits for Postgres: until connected, every
+    use raises DatabaseUnavailable, exactly as during an outage.
+    """
+
+    def __init__(self, url: str | None = None, *, min_size: int = 1, max_size: int = 10) -> None:
+        self._url = url
+        self.min_size = min_size
+        self.max_size = max_size
+        self._pool: asyncpg.Pool | None = None
 
     @classmethod
     async def open(cls, url: str, *, min_size: int = 1, max_size: int = 10) -> Database:
+        """A connected pool, or DatabaseUnavailable at once (the CLI's admin commands)."""
+        db = cls(url, min_size=min_size, max_size=max_size)
+        await db.connect()
+        return db
+
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            raise DatabaseUnavailable("database unavailable: no address yet")
+        return self._url
+
+    @property
+    def connected(self) -> bool:
+        return self._pool is not None
+
+    async def connect(self, url: str | None = None) -> None:
+        """Open the pool (one attempt); a no-op when open. A caller that bounds it in time
+        (asyncio.timeout) may cancel it safely: a pool whose start fails or is cancelled
+        closes what it had opened."""
+        if url is not None:
+            self._url = url
+        if self._pool is not None:
+            return
+        pool = asyncpg.create_pool(
+            self.url,
+            min_size=self.min_size,
+            max_size=self.max_size,
+            init=_init_connection,
+            command_timeout=60,
+            timeout=10,
+            server_settings={"application_name": "dispatcher"},
+        )
         try:
-            pool = await asyncpg.create_pool(
-                url,
-                min_size=min_size,
-                max_size=max_size,
-                init=_init_connection,
-                command_timeout=60,
-                timeout=10,
-                server_settings={"application_name": "dispatcher"},
-            )
+            await pool
         except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
-        return cls(pool, url)
+        self._pool = pool
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise DatabaseUnavailable("database unavailable: not connected yet")
+        return self._pool
 
     async def close(self) -> None:
-        await self.pool.close()
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        try:
+            # close() waits for connections in use; a server that is gone must not hold the
+            # exit (on error or timeout, asyncpg terminates every connection instead).
+            await asyncio.wait_for(pool.close(), timeout=CLOSE_TIMEOUT)
+        except Exception as exc:
+            log.debug("database.close_failed", error=type(exc).__name__)
 
     @asynccontextmanager
     async def acquire(self) -> AsyncIterator[Connection]:
+        pool = self.pool
         try:
-            conn = await self.pool.acquire()
+            conn = await pool.acquire()
         except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
         try:
             yield conn
-        except CONNECTION_ERRORS as exc:
-            # A broken connection goes back closed, so the pool replaces it instead of
-            # trying to reset it (which can hang on a connection in a broken state).
-            conn.terminate()
-            raise translate(exc) from exc
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
+            if is_unavailable(exc):
+                terminate(conn)
             raise translate(exc) from exc
         finally:
-            await self.pool.release(conn, timeout=10)
+            await self._release(pool, conn)
+
+    @staticmethod
+    async def _release(pool: asyncpg.Pool, conn: asyncpg.pool.PoolConnectionProxy[Record]) -> None:
+        """Give the connection back. This never fails the caller: the work is done (a
+        transaction has committed by now), and a connection that cannot be reset is simply
+        closed; the pool opens a new one when it is needed."""
+        try:
+            await pool.release(conn, timeout=RELEASE_TIMEOUT)
+        except Exception as exc:
+            log.debug("database.release_failed", error=type(exc).__name__)
+            terminate(conn)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
-        async with self.acquire() as conn:
-            try:
-                async with conn.transaction():
-                    yield conn
-            except CONNECTION_ERRORS:
-                conn.terminate()
-                raise
+        # A failed COMMIT or ROLLBACK reaches `acquire`, which closes a broken connection and
+        # translates the error; a successful COMMIT is final whatever the release does.
+        async with self.acquire() as conn, conn.transaction():
+            yield conn
 
     @property
     def in_use(self) -> int:
-        return self.pool.get_size() - self.pool.get_idle_size()
+        if self._pool is None:
+            return 0
+        return self._pool.get_size() - self._pool.get_idle_size()
+
+    @property
+    def size(self) -> int:
+        """Connections open in the pool (0 before it is connected)."""
+        return 0 if self._pool is None else self._pool.get_size()
 
     async def ping(self) -> bool:
         try:

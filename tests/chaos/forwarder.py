@@ -1,0 +1,135 @@
+"""A TCP port in front of the real test Postgres, that a test can cut, close and reopen.
+
+The shared test server is never restarted: the code under test is pointed at the forwarder
+(its DATABASE_URL names the forwarder's port) and the test makes "Postgres went away" happen
+on that path only. `close()` is a server that is down (every connection dropped, new ones
+refused), `cut()` a restart as clients see it (connections dropped, new ones accepted), and
+`cut_after_commit` drops a connection right after it carried a COMMIT's answer: the first
+thing the client sends next (asyncpg's reset when the pool takes the connection back) never
+arrives. The upstream is the server's TCP address, or its unix socket (the embedded
+pgserver's default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+COMMIT_COMPLETE = b"COMMIT\x00"  # the tag of a CommandComplete message for COMMIT
+
+
+@dataclass(eq=False)
+class _Link:
+    client: asyncio.StreamWriter
+    server: asyncio.StreamWriter
+    committed: bool = False  # a COMMIT's answer went to the client; cut on its next word
+    tail: bytes = field(default=b"")
+
+    def abort(self) -> None:
+        for writer in (self.client, self.server):
+            writer.transport.abort()
+
+
+class Forwarder:
+    def __init__(self, database_url: str) -> None:
+        parts = urlsplit(database_url)
+        query = dict(parse_qsl(parts.query))
+        host = query.pop("host", None) or parts.hostname or "127.0.0.1"
+        port = parts.port or int(query.pop("port", "5432"))
+        self._unix = f"{host}/.s.PGSQL.{port}" if host.startswith("/") else None
+        self._tcp = (host, port)
+        credentials = parts.netloc.rpartition("@")[0]
+        self._parts = parts._replace(query=urlencode(query))
+        self._credentials = credentials + "@" if credentials else ""
+        self.port = 0
+        self.cut_after_commit = False
+        self.cuts_after_commit = 0
+        self.connections = 0  # accepted in all
+        self._server: asyncio.Server | None = None
+        self._links: set[_Link] = set()
+
+    @property
+    def url(self) -> str:
+        """The database's URL through the forwarder (known once it has been opened)."""
+        assert self.port, "open the forwarder first"
+        netloc = f"{self._credentials}127.0.0.1:{self.port}"
+        return urlunsplit(self._parts._replace(netloc=netloc))
+
+    @property
+    def live(self) -> int:
+        return len(self._links)
+
+    async def open(self) -> None:
+        """Listen (again, on the same port once one was given)."""
+        if self._server is None:
+            self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+            self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        """The server is down: new connections are refused, live ones dropped."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        self.cut()
+        if server is not None:
+            await server.wait_closed()
+
+    def cut(self) -> None:
+        """Drop every live connection (as a restart does), and keep listening."""
+        for link in list(self._links):
+            link.abort()
+        self._links.clear()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            if self._unix is not None:
+                up_reader, up_writer = await asyncio.open_unix_connection(self._unix)
+            else:
+                up_reader, up_writer = await asyncio.open_connection(*self._tcp)
+        except OSError:
+            writer.transport.abort()
+            return
+        link = _Link(writer, up_writer)
+        self._links.add(link)
+        try:
+            await asyncio.gather(
+                self._pipe(reader, link, upstream=True),
+                self._pipe(up_reader, link, upstream=False),
+            )
+        finally:
+            self._links.discard(link)
+            link.abort()
+
+    async def _pipe(self, source: asyncio.StreamReader, link: _Link, *, upstream: bool) -> None:
+        target = link.server if upstream else link.client
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while data := await source.read(65536):
+                if upstream and link.committed:
+                    self.cuts_after_commit += 1
+                    break
+                if not upstream:
+                    if self.cut_after_commit and COMMIT_COMPLETE in link.tail + data:
+                        self.cut_after_commit = False  # once
+                        link.committed = True
+                    link.tail = data[-len(COMMIT_COMPLETE) :]
+                target.write(data)
+                await target.drain()
+        link.abort()  # either side gone: both gone
+
+
+@contextlib.asynccontextmanager
+async def forwarding(database_url: str, *, opened: bool = True) -> AsyncIterator[Forwarder]:
+    """A forwarder to `database_url`; with opened=False its port is reserved but closed (a
+    server that is not there yet)."""
+    forwarder = Forwarder(database_url)
+    await forwarder.open()
+    if not opened:
+        await forwarder.close()
+    try:
+        yield forwarder
+    finally:
+        await forwarder.close()
