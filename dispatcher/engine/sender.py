@@ -1,9 +1,12 @@
 """Sending one attempt: the only module that uses an HTTP client.
 
-One pooled `ClientSession` per process (keep-alive, DNS cache, a total connection limit).
+One pooled client per process (keep-alive, DNS cache, a total connection limit): the lean
+HTTP/1.1 client of `dispatcher.engine.http1`, built for this one request shape because
+aiohttp's per-request cost was most of the worker's CPU. aiohttp's client stays for a sender
+given `trace_configs` (tests inject faults through them; the lean client has `on_stage`).
 Every destination passes the address guard, applied to the addresses actually connected to:
-literal IPs before the request, names inside the resolver, so a name cannot resolve to one
-address when checked and another when connected.
+literal IPs before the request, names after the lookup the connection uses, so a name cannot
+resolve to one address when checked and another when connected.
 
 `send` never raises (but for cancellation): whatever goes wrong at any stage (the URL, the
 resolver, connecting, sending, reading) comes back as an Outcome with a plain message, so
@@ -27,13 +30,15 @@ from dispatcher import __version__
 from dispatcher.domain.addresses import Network, blocked_reason
 from dispatcher.domain.signing import secret_key, sign
 from dispatcher.domain.urls import InvalidUrl, parse_webhook_url
+from dispatcher.engine import http1
+from dispatcher.engine.http1 import BlockedAddress, Http1Client, RequestFailed
 
-MAX_RESPONSE_BYTES = 64 * 1024
+__all__ = ["MAX_RESPONSE_BYTES", "BlockedAddress", "GuardedResolver", "Outcome", "Sender"]
+
+MAX_RESPONSE_BYTES = http1.MAX_BODY_BYTES
 USER_AGENT = f"dispatcher/{__version__}"
-
-
-class BlockedAddress(OSError):
-    """The destination resolves only to addresses the guard refuses."""
+# Sent on every request. aiohttp also added `Accept: */*`: kept, so receivers see no change.
+FIXED_HEADERS = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "Accept": "*/*"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,13 @@ class GuardedResolver(AbstractResolver):
 
 
 class Sender:
+    """Sends attempts and turns whatever happens into an Outcome.
+
+    `resolver` replaces the system's lookup (an aiohttp `AbstractResolver`; tests script
+    answers with it). `trace_configs` selects aiohttp's client, whose trace signals tests use
+    to inject faults; `on_stage` does the same for the lean client (see `Http1Client`).
+    """
+
     def __init__(
         self,
         *,
@@ -86,6 +98,7 @@ class Sender:
         wall_clock: Callable[[], float] = time.time,
         resolver: AbstractResolver | None = None,
         trace_configs: Sequence[aiohttp.TraceConfig] = (),
+        on_stage: Callable[[str], None] | None = None,
     ) -> None:
         self.timeout = timeout
         self.allowed = tuple(allowed)
@@ -93,11 +106,23 @@ class Sender:
         self.wall_clock = wall_clock
         self.inner_resolver = resolver
         self.trace_configs = list(trace_configs)
+        self.on_stage = on_stage
+        self._client: Http1Client | None = None
         self._session: aiohttp.ClientSession | None = None
         self._keys: dict[str, bytes] = {}
         self._verdicts: dict[str, tuple[str, str] | None] = {}
 
     async def start(self) -> None:
+        if not self.trace_configs:
+            self._client = Http1Client(
+                timeout=self.timeout,
+                allowed=self.allowed,
+                max_connections=self.max_connections,
+                headers=FIXED_HEADERS,
+                resolver=self.inner_resolver,
+                on_stage=self.on_stage,
+            )
+            return
         connector = aiohttp.TCPConnector(
             limit=self.max_connections,
             limit_per_host=0,
@@ -111,10 +136,13 @@ class Sender:
             trust_env=False,  # never route webhooks through an ambient proxy
             auto_decompress=False,
             skip_auto_headers=("Accept-Encoding",),
-            trace_configs=self.trace_configs or None,
+            trace_configs=self.trace_configs,
         )
 
     async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -129,8 +157,8 @@ class Sender:
 
     def _url_verdict(self, url: str) -> tuple[str, str] | None:
         """(outcome kind, error) when the URL must not be attempted, else None: a URL the
-        sender cannot parse, or a literal IP the guard refuses (names are judged by the
-        resolver). Cached, since the same few URLs come back for every delivery."""
+        sender cannot parse, or a literal IP the guard refuses (names are judged after the
+        lookup). Cached, since the same few URLs come back for every delivery."""
         try:
             return self._verdicts[url]
         except KeyError:
@@ -149,22 +177,26 @@ class Sender:
         self._verdicts[url] = verdict
         return verdict
 
-    def headers(self, delivery_id: str, secrets: Sequence[str], body: bytes) -> dict[str, str]:
+    def _signed(self, delivery_id: str, secrets: Sequence[str], body: bytes) -> tuple[int, str]:
+        """(webhook-timestamp, webhook-signature) for this attempt."""
         timestamp = int(self.wall_clock())
+        keys = [self._key(s) for s in secrets]
+        return timestamp, sign(keys, delivery_id, timestamp, body)
+
+    def headers(self, delivery_id: str, secrets: Sequence[str], body: bytes) -> dict[str, str]:
+        timestamp, signature = self._signed(delivery_id, secrets, body)
         return {
-            "Content-Type": "application/json",
+            "Content-Type": FIXED_HEADERS["Content-Type"],
             "User-Agent": USER_AGENT,
             "webhook-id": delivery_id,
             "webhook-timestamp": str(timestamp),
-            "webhook-signature": sign(
-                [self._key(s) for s in secrets], delivery_id, timestamp, body
-            ),
+            "webhook-signature": signature,
         }
 
     async def send(
         self, url: str, delivery_id: str, secrets: Sequence[str], body: bytes
     ) -> Outcome:
-        assert self._session is not None, "Sender.start() first"
+        assert self._client is not None or self._session is not None, "Sender.start() first"
         started = time.perf_counter()
 
         def done(kind: str, status: int | None, error: str | None, **extra: Any) -> Outcome:
@@ -174,6 +206,37 @@ class Sender:
         verdict = self._url_verdict(url)
         if verdict is not None:
             return done(verdict[0], None, verdict[1])
+        if self._client is None:
+            return await self._send_with_aiohttp(url, delivery_id, secrets, body, done)
+        try:
+            timestamp, signature = self._signed(delivery_id, secrets, body)
+            headers = b"webhook-id: %b\r\nwebhook-timestamp: %d\r\nwebhook-signature: %b\r\n" % (
+                delivery_id.encode(),
+                timestamp,
+                signature.encode(),
+            )
+            status, retry_after = await self._client.post(url, headers, body)
+        except TimeoutError:
+            return done("timeout", None, f"timeout after {self.timeout:g}s")
+        except BlockedAddress as exc:
+            return done("blocked", None, f"blocked: {exc}")
+        except RequestFailed as exc:
+            return done("connection_error", None, str(exc))
+        except OSError as exc:
+            return done("connection_error", None, f"connection error: {exc.strerror or 'I/O'}")
+        except Exception:  # any other fault at any stage is still a recorded, failed attempt
+            return done("connection_error", None, http1.UNEXPECTED)
+        return _answered(done, status, retry_after)
+
+    async def _send_with_aiohttp(
+        self,
+        url: str,
+        delivery_id: str,
+        secrets: Sequence[str],
+        body: bytes,
+        done: Callable[..., Outcome],
+    ) -> Outcome:
+        assert self._session is not None
         try:
             async with self._session.post(
                 url,
@@ -184,42 +247,43 @@ class Sender:
                 complete = await _drain(response)
                 if not complete:
                     response.close()  # do not keep a connection with unread bytes
-                status = response.status
-                if 200 <= status < 300:
-                    return done("success", status, None)
-                error = f"HTTP {status}"
-                if 300 <= status < 400:
-                    error += " (redirects are not followed)"
-                return done(
-                    "http_error", status, error, retry_after=response.headers.get("Retry-After")
-                )
+                return _answered(done, response.status, response.headers.get("Retry-After"))
         except TimeoutError:
             return done("timeout", None, f"timeout after {self.timeout:g}s")
         except aiohttp.ClientConnectorDNSError as exc:
             if isinstance(exc.os_error, BlockedAddress):
                 return done("blocked", None, f"blocked: {exc.os_error}")
-            return done("connection_error", None, "DNS lookup failed")
+            return done("connection_error", None, http1.DNS_FAILED)
         except aiohttp.ClientConnectorCertificateError:
-            return done("connection_error", None, "TLS certificate verification failed")
+            return done("connection_error", None, http1.CERTIFICATE)
         except aiohttp.ClientSSLError:
-            return done("connection_error", None, "TLS handshake failed")
+            return done("connection_error", None, http1.HANDSHAKE)
         except aiohttp.ClientConnectorError as exc:
             refused = isinstance(exc.os_error, ConnectionRefusedError)
             return done(
-                "connection_error", None, "connection refused" if refused else "connection failed"
+                "connection_error", None, http1.REFUSED if refused else http1.CONNECT_FAILED
             )
         except aiohttp.ServerDisconnectedError:
-            return done("connection_error", None, "connection closed before a response")
+            return done("connection_error", None, http1.CLOSED)
         except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError):
-            return done("connection_error", None, "response interrupted")
+            return done("connection_error", None, http1.INTERRUPTED)
         except aiohttp.ClientError:
             return done("connection_error", None, "connection error: the request failed")
         except OSError as exc:
             return done("connection_error", None, f"connection error: {exc.strerror or 'I/O'}")
         except Exception:  # any other fault at any stage is still a recorded, failed attempt
-            return done(
-                "connection_error", None, "connection error: the request could not be completed"
-            )
+            return done("connection_error", None, http1.UNEXPECTED)
+
+
+def _answered(done: Callable[..., Outcome], status: int, retry_after: str | None) -> Outcome:
+    """The outcome of an answer: 2xx is a success; anything else (a 3xx too: redirects are
+    not followed) a failure that keeps Retry-After for the schedule."""
+    if 200 <= status < 300:
+        return done("success", status, None)
+    error = f"HTTP {status}"
+    if 300 <= status < 400:
+        error += " (redirects are not followed)"
+    return done("http_error", status, error, retry_after=retry_after)
 
 
 async def _drain(response: aiohttp.ClientResponse) -> bool:

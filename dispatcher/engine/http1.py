@@ -1,0 +1,679 @@
+"""A lean HTTP/1.1 client for the one request the sender makes: POST a small body, read the
+status of the answer.
+
+Why not aiohttp's client: it is general (any method, streamed bodies, cookies, redirects,
+proxies, tracing, header multidicts, a payload registry), and that generality was most of the
+worker's CPU for a request that always has the same shape. Here a request costs one cached
+route lookup, one bytes formatting, one `transport.write`, a parse of the answer's head with
+`bytes.find`/`split`, and one future.
+
+What it keeps from the sender's aiohttp set-up:
+
+- The address guard, on the addresses actually connected to: names are judged here after the
+  lookup (a literal IP is judged by the sender before), so a name cannot answer one address
+  when checked and another when connected. Lookups are cached 30 s, as aiohttp's DNS cache.
+- A keep-alive pool per (scheme, host, port), at most `max_connections` open in total (an
+  idle connection to another destination is closed to make room); idle ones close after 15 s.
+- One total timeout per request: waiting for a connection, looking up, connecting, sending and
+  reading to the last byte.
+- At most 64 KiB of an answer's body is read; then the connection is dropped.
+
+A connection is reused only after its answer was read completely and the server did not ask to
+close it; on any error it is closed. A request on a reused connection that fails before any
+byte of the answer arrived (the server closed the idle connection as the request crossed it on
+the wire) is sent once more, on a new connection. The caveat of every client that does this:
+a server that received the request, acted on it and closed without answering gets it twice.
+Webhook receivers drop such duplicates by `webhook-id`, which is the same on both.
+
+Failures raise `RequestFailed` with the plain words the sender records (`BlockedAddress` when
+the guard refused every address of a name), or TimeoutError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple, Protocol, cast
+
+from yarl import URL
+
+from dispatcher.domain.addresses import Network, blocked_reason
+from dispatcher.domain.urls import parse_webhook_url
+
+MAX_HEAD_BYTES = 64 * 1024
+MAX_BODY_BYTES = 64 * 1024
+DNS_TTL_SECONDS = 30.0
+IDLE_SECONDS = 15.0
+_MAX_CACHED = 100_000
+
+# What the sender records, in plain words (docs/delivery.md).
+REFUSED = "connection refused"
+CONNECT_FAILED = "connection failed"
+CERTIFICATE = "TLS certificate verification failed"
+HANDSHAKE = "TLS handshake failed"
+DNS_FAILED = "DNS lookup failed"
+CLOSED = "connection closed before a response"
+INTERRUPTED = "response interrupted"
+INVALID = "connection error: the response was not valid HTTP"
+UNEXPECTED = "connection error: the request could not be completed"
+
+_HEX = b"0123456789abcdefABCDEF"
+# Where the answer being read is: its head, then its body by one of the framings.
+_HEAD, _LENGTH, _UNTIL_CLOSE, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER = range(7)
+_DONE, _CUT = 7, 8  # read completely; cut at MAX_BODY_BYTES
+
+Key = tuple[str, str, int]  # scheme, host, port: the connections that may serve a request
+
+
+class RequestFailed(Exception):
+    """The request failed; the message says how, in the words the sender records."""
+
+
+class BlockedAddress(OSError):
+    """The destination resolves only to addresses the guard refuses (the message says why)."""
+
+
+class _Stale(RequestFailed):
+    """Closed before any byte of the answer: on a reused connection, worth one more try."""
+
+
+class Response(NamedTuple):
+    status: int
+    retry_after: str | None
+
+
+class Resolver(Protocol):
+    """A name lookup as aiohttp's resolvers do it (so those can be passed in as they are)."""
+
+    async def resolve(
+        self, host: str, port: int = ..., family: socket.AddressFamily = ...
+    ) -> Sequence[Mapping[str, object]]: ...
+
+
+class _Route(NamedTuple):
+    """What a URL needs, computed once: where to connect, and the request's fixed start."""
+
+    key: Key
+    host: str  # the name to look up, or the literal address (no brackets)
+    literal: bool
+    port: int
+    tls: bool
+    head: bytes  # request line, Host and the client's fixed headers
+
+
+class Http1Client:
+    """POSTs over pooled keep-alive HTTP/1.1 connections (see the module's docstring)."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        allowed: Sequence[Network],
+        max_connections: int,
+        headers: Mapping[str, str] | None = None,
+        resolver: Resolver | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        on_stage: Callable[[str], None] | None = None,
+    ) -> None:
+        """`headers` go into every request. `on_stage(name)` runs as each stage starts or ends
+        ("resolve", "connect": before; "send", "read": after) so tests can inject faults, as
+        aiohttp's trace configs allow."""
+        self.timeout = timeout
+        self.allowed = tuple(allowed)
+        self.limit = max(1, max_connections)
+        self._fixed = b"".join(f"{k}: {v}\r\n".encode() for k, v in (headers or {}).items())
+        self._resolver = resolver
+        self._ssl = ssl_context
+        self._on_stage = on_stage
+        self._routes: dict[str, _Route] = {}
+        self._dns: dict[tuple[str, int], tuple[float, list[str]]] = {}
+        self._live: set[_Connection] = set()
+        self._opening = 0
+        self._idle: dict[Key, list[_Connection]] = {}
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._live) + self._opening
+
+    async def post(self, url: str, headers: bytes, body: bytes) -> Response:
+        """POST `body` to `url` with `headers` (complete `Name: value\\r\\n` lines)."""
+        route = self._routes.get(url) or self._route(url)
+        request = b"%bContent-Length: %d\r\n%b\r\n%b" % (route.head, len(body), headers, body)
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        conn = self._take_idle(route.key)
+        if conn is not None:
+            try:
+                return await self._exchange(conn, request, deadline)
+            except _Stale:
+                pass  # closed by the server while idle: once more, on a new connection
+        async with asyncio.timeout_at(deadline):
+            conn = await self._acquire(route, reuse=conn is None)
+        return await self._exchange(conn, request, deadline)
+
+    async def close(self) -> None:
+        """Drop every connection; requests still waiting for one fail."""
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for conn in list(self._live):
+            conn.close(abort=True)
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(RequestFailed(UNEXPECTED))
+        self._dns.clear()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _route(self, url: str) -> _Route:
+        target = parse_webhook_url(url)
+        parsed = URL(url)  # the request target and Host exactly as aiohttp sends them
+        host = str(target.ip) if target.ip is not None else target.host
+        head = b"POST %b HTTP/1.1\r\nHost: %b\r\n%b" % (
+            parsed.raw_path_qs.encode("ascii"),
+            (parsed.host_port_subcomponent or host).encode("ascii"),
+            self._fixed,
+        )
+        key = (target.scheme, host, target.port)
+        route = _Route(
+            key, host, target.ip is not None, target.port, target.scheme == "https", head
+        )
+        if len(self._routes) >= _MAX_CACHED:
+            self._routes.clear()
+        self._routes[url] = route
+        return route
+
+    async def _exchange(self, conn: _Connection, request: bytes, deadline: float) -> Response:
+        """Send the request and read the answer by `deadline` (a timer on the answer's future:
+        far cheaper than an `asyncio.timeout` per request)."""
+        reply = conn.begin()
+        timer = asyncio.get_running_loop().call_at(deadline, conn.expire, reply)
+        try:
+            conn.transport.write(request)
+            if self._on_stage is not None:
+                self._on_stage("send")
+            response = await reply
+        except BaseException:  # timeout, cancellation, a failure: the connection is unusable
+            conn.abandon(reply)
+            raise
+        finally:
+            timer.cancel()
+        if self._on_stage is not None:
+            self._on_stage("read")
+        return response
+
+    # -- the pool ---------------------------------------------------------------------------
+
+    def _take_idle(self, key: Key) -> _Connection | None:
+        """The most recently used idle connection to `key`, if any (one whose transport
+        is already closing, its loss not reported yet, is dropped)."""
+        conns = self._idle.get(key)
+        while conns:
+            conn = conns.pop()
+            if not conns:
+                del self._idle[key]
+            conn.idle = False
+            if not conn.transport.is_closing():
+                return conn
+            conn.close(abort=True)
+        return None
+
+    async def _acquire(self, route: _Route, *, reuse: bool) -> _Connection:
+        """A new connection once there is room, or an idle one that came back meanwhile (when
+        `reuse`)."""
+        while True:
+            if self._closed:
+                raise RequestFailed(UNEXPECTED)
+            if reuse:
+                conn = self._take_idle(route.key)
+                if conn is not None:
+                    return conn
+            if self.open_connections < self.limit:
+                return await self._open(route)
+            if self._idle:  # an idle connection elsewhere gives way
+                other = self._idle[next(iter(self._idle))][0]
+                other.close()
+                continue
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken, but leaving: pass the turn on
+                raise
+
+    def _release(self, conn: _Connection) -> None:
+        """A connection whose answer was read completely waits for the next request."""
+        conn.idle = True
+        conn.idle_at = time.monotonic()
+        conns = self._idle.get(conn.key)
+        if conns is None:
+            self._idle[conn.key] = [conn]
+        else:
+            conns.append(conn)
+        if self._waiters:
+            self._wake()
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._sweep)
+
+    def _forget(self, conn: _Connection) -> None:
+        """A connection closed (by either side): its room goes to whoever waits."""
+        self._live.discard(conn)
+        if conn.idle:
+            conn.idle = False
+            conns = self._idle[conn.key]
+            conns.remove(conn)
+            if not conns:
+                del self._idle[conn.key]
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _sweep(self) -> None:
+        """Close connections idle for IDLE_SECONDS (servers keep fewer sockets for us)."""
+        self._sweeper = None
+        cutoff = time.monotonic() - IDLE_SECONDS
+        for conns in list(self._idle.values()):
+            for conn in [c for c in conns if c.idle_at <= cutoff]:
+                conn.close()
+        if self._idle:
+            self._sweeper = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._sweep)
+
+    # -- connecting -------------------------------------------------------------------------
+
+    async def _open(self, route: _Route) -> _Connection:
+        self._opening += 1
+        try:
+            if route.literal:
+                addresses = [route.host]
+            else:
+                if self._on_stage is not None:
+                    self._on_stage("resolve")
+                addresses = await self._resolve(route.host, route.port)
+            if self._on_stage is not None:
+                self._on_stage("connect")
+            conn = await self._connect(route, addresses)
+        except BaseException:
+            self._opening -= 1
+            self._wake()
+            raise
+        self._opening -= 1  # counted in _live from connection_made on
+        return conn
+
+    async def _resolve(self, host: str, port: int) -> list[str]:
+        """The addresses of `host` the guard allows, in the order of the lookup."""
+        loop = asyncio.get_running_loop()
+        cached = self._dns.get((host, port))
+        if cached is not None and cached[0] > loop.time():
+            return cached[1]
+        try:
+            if self._resolver is not None:
+                answers = await self._resolver.resolve(host, port, socket.AF_UNSPEC)
+                found = [str(answer["host"]) for answer in answers]
+            else:
+                infos = await loop.getaddrinfo(
+                    host, port, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG
+                )
+                found = [str(info[4][0]) for info in infos]
+        except OSError:
+            raise RequestFailed(DNS_FAILED) from None
+        allowed: list[str] = []
+        reasons: list[str] = []
+        for address in dict.fromkeys(found):
+            try:
+                reason = blocked_reason(ipaddress.ip_address(address), self.allowed)
+            except ValueError:
+                continue  # not an address: nothing to connect to
+            if reason is None:
+                allowed.append(address)
+            else:
+                reasons.append(reason)
+        if not allowed:
+            if reasons:
+                raise BlockedAddress(reasons[0])
+            raise RequestFailed(DNS_FAILED)
+        if len(self._dns) >= _MAX_CACHED:
+            self._dns.clear()
+        self._dns[(host, port)] = (loop.time() + DNS_TTL_SECONDS, allowed)
+        return allowed
+
+    async def _connect(self, route: _Route, addresses: list[str]) -> _Connection:
+        """Each address in turn until one connects. When none does, the most telling failure:
+        a TLS one, else `connection refused` when every address refused, else a plain one."""
+        loop = asyncio.get_running_loop()
+        context = self._tls() if route.tls else None
+        failures: list[str] = []
+        for address in addresses:
+            try:
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(self, route.key),
+                    address,
+                    route.port,
+                    ssl=context,
+                    server_hostname=route.host if context is not None else None,
+                )
+            except ssl.SSLCertVerificationError:
+                failures.append(CERTIFICATE)
+            except ssl.SSLError:
+                failures.append(HANDSHAKE)
+            except ConnectionRefusedError:
+                failures.append(REFUSED)
+            except OSError:
+                failures.append(CONNECT_FAILED)
+            else:
+                return conn
+        for failure in (CERTIFICATE, HANDSHAKE, CONNECT_FAILED):
+            if failure in failures:
+                raise RequestFailed(failure)
+        raise RequestFailed(REFUSED)
+
+    def _tls(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
+
+class _Connection(asyncio.Protocol):
+    """One connection, and the parser of the answer to the request it carries."""
+
+    __slots__ = (
+        "buffer",
+        "client",
+        "closed",
+        "got_bytes",
+        "idle",
+        "idle_at",
+        "keep_alive",
+        "key",
+        "left",
+        "read",
+        "reply",
+        "retry_after",
+        "state",
+        "status",
+        "transport",
+    )
+
+    def __init__(self, client: Http1Client, key: Key) -> None:
+        self.client = client
+        self.key = key
+        self.transport = cast(asyncio.Transport, None)  # set by connection_made
+        self.closed = False
+        self.idle = False
+        self.idle_at = 0.0
+        self.reply: asyncio.Future[Response] | None = None
+        self.buffer = bytearray()  # a head or a line not complete yet
+        self.state = _HEAD
+        self.got_bytes = False
+        self.status = 0
+        self.retry_after: str | None = None
+        self.keep_alive = True
+        self.left = 0  # bytes of the body (or of the chunk) still to come
+        self.read = 0  # bytes of the body read
+
+    def begin(self) -> asyncio.Future[Response]:
+        self.reply = reply = asyncio.get_running_loop().create_future()
+        self.state = _HEAD
+        self.got_bytes = False
+        self.read = 0
+        self.retry_after = None
+        return reply
+
+    def expire(self, reply: asyncio.Future[Response]) -> None:
+        """The request's deadline passed before its answer was read."""
+        if self.reply is reply:
+            self._fail(TimeoutError())
+
+    def abandon(self, reply: asyncio.Future[Response]) -> None:
+        """The request gave up on its answer: the connection cannot carry another one."""
+        if self.reply is reply:
+            self.reply = None
+            self.close(abort=True)
+
+    def close(self, abort: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if abort:
+            self.transport.abort()
+        else:
+            self.transport.close()
+        self.client._forget(self)
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.client._live.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.reply is None:  # bytes nobody asked for: the stream is out of step
+            self.close(abort=True)
+            return
+        self.got_bytes = True
+        try:
+            self._feed(data)
+        except Exception as exc:  # RequestFailed, or a bug: the request's failure either way
+            self._fail(exc)
+
+    def eof_received(self) -> bool:
+        self._ended(None)
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.closed = True
+            self.client._forget(self)
+        self._ended(exc)
+
+    # -- reading the answer -----------------------------------------------------------------
+
+    def _ended(self, exc: Exception | None) -> None:
+        """The server closed (or reset) the connection: the end of a body read until close,
+        else a failed request."""
+        if self.reply is None:
+            return
+        if self.state == _UNTIL_CLOSE and exc is None:
+            self.state = _DONE
+            self._finish(reusable=False)
+        elif self.state == _HEAD:
+            self._fail(RequestFailed(CLOSED) if self.got_bytes else _Stale(CLOSED))
+        else:
+            self._fail(RequestFailed(INTERRUPTED))
+
+    def _fail(self, exc: BaseException) -> None:
+        reply, self.reply = self.reply, None
+        self.close(abort=True)
+        if reply is not None and not reply.done():
+            reply.set_exception(exc)
+
+    def _finish(self, *, reusable: bool) -> None:
+        reply, self.reply = self.reply, None
+        assert reply is not None
+        if reusable and not reply.done():
+            self.client._release(self)
+        else:
+            self.close(abort=self.state == _CUT)
+        if not reply.done():
+            reply.set_result(Response(self.status, self.retry_after))
+
+    def _feed(self, data: bytes) -> None:
+        while data:
+            state = self.state
+            if state == _HEAD:
+                data = self._read_head(data)
+            elif state == _LENGTH:
+                data = self._read_length(data)
+            elif state == _UNTIL_CLOSE:
+                data = self._count(len(data))
+            else:
+                data = self._read_chunked(data)
+            if self.state >= _DONE:
+                break
+        if self.state == _DONE:
+            # Bytes after the answer: the server is out of step with us; do not reuse.
+            self._finish(reusable=self.keep_alive and not data)
+        elif self.state == _CUT:
+            self._finish(reusable=False)
+
+    def _read_head(self, data: bytes) -> bytes:
+        buffer = self.buffer
+        searched = 0
+        if buffer:
+            searched = max(len(buffer) - 3, 0)
+            buffer += data
+            data = bytes(buffer)
+            buffer.clear()
+        end = data.find(b"\r\n\r\n", searched)
+        start = end + 4
+        bare = data.find(b"\n\n", searched, end if end >= 0 else len(data))
+        if bare >= 0:  # lines ended by a bare LF, as some servers do
+            end, start = bare, bare + 2
+        if end < 0:
+            if len(data) > MAX_HEAD_BYTES:
+                raise RequestFailed(INVALID)
+            buffer += data
+            return b""
+        if end > MAX_HEAD_BYTES:
+            raise RequestFailed(INVALID)
+        self._parse_head(data[:end])
+        return data[start:]
+
+    def _parse_head(self, head: bytes) -> None:
+        lines = head.replace(b"\r\n", b"\n").split(b"\n")
+        line = lines[0]  # HTTP/1.1 200 OK
+        if (
+            len(line) < 12
+            or not line.startswith(b"HTTP/1.")
+            or line[7] not in b"01"
+            or line[8] != 0x20
+            or not line[9:12].isdigit()
+            or line[9] == 0x30  # 0xx
+            or (len(line) > 12 and line[12] != 0x20)
+        ):
+            raise RequestFailed(INVALID)
+        status = int(line[9:12])
+        keep_alive = line[7] == 0x31  # HTTP/1.0: close unless asked to keep alive
+        length: int | None = None
+        chunked = encoded = False
+        retry_after: str | None = None
+        for line in lines[1:]:
+            name, colon, value = line.partition(b":")
+            if not colon:
+                if line[:1] in (b" ", b"\t"):
+                    continue  # an obsolete folded continuation line: nothing we read
+                raise RequestFailed(INVALID)
+            name = name.rstrip().lower()
+            if name == b"content-length":
+                value = value.strip()
+                if not value.isdigit() or (length is not None and int(value) != length):
+                    raise RequestFailed(INVALID)
+                length = int(value)
+            elif name == b"transfer-encoding":
+                encoded = True
+                chunked = value.rsplit(b",", 1)[-1].strip().lower() == b"chunked"
+            elif name == b"connection":
+                tokens = {token.strip() for token in value.lower().split(b",")}
+                if b"close" in tokens:
+                    keep_alive = False
+                elif b"keep-alive" in tokens:
+                    keep_alive = True
+            elif name == b"retry-after" and retry_after is None:
+                retry_after = value.strip().decode("utf-8", "surrogateescape")
+            elif not name:
+                raise RequestFailed(INVALID)
+        if status < 200:  # 100 Continue, 103 Early Hints: the answer follows
+            self.state = _HEAD
+            return
+        self.status = status
+        self.retry_after = retry_after
+        self.keep_alive = keep_alive and not (encoded and length is not None)
+        if status in (204, 304):
+            self.state = _DONE
+        elif chunked:
+            self.state = _CHUNK_SIZE
+        elif encoded or length is None:
+            self.state = _UNTIL_CLOSE
+            self.keep_alive = False
+        elif length == 0:
+            self.state = _DONE
+        else:
+            self.left = length
+            self.state = _LENGTH
+
+    def _read_length(self, data: bytes) -> bytes:
+        if len(data) < self.left:
+            self.left -= len(data)
+            return self._count(len(data))
+        rest = data[self.left :]
+        self._count(self.left)
+        self.left = 0
+        if self.state != _CUT:
+            self.state = _DONE
+        return rest
+
+    def _count(self, size: int) -> bytes:
+        """Body bytes are counted, never kept; a body longer than MAX_BODY_BYTES is cut."""
+        self.read += size
+        if self.read > MAX_BODY_BYTES:
+            self.state = _CUT
+        return b""
+
+    def _read_chunked(self, data: bytes) -> bytes:
+        if self.state == _CHUNK_DATA:
+            if len(data) < self.left:
+                self.left -= len(data)
+                return self._count(len(data))
+            rest = data[self.left :]
+            self._count(self.left)
+            self.left = 0
+            if self.state != _CUT:
+                self.state = _CHUNK_END
+            return rest
+        line, rest = self._line(data)
+        if line is None:
+            return b""
+        if self.state == _CHUNK_SIZE:
+            size = line.split(b";", 1)[0].strip()
+            if not size or len(size) > 16 or size.strip(_HEX):
+                raise RequestFailed(INTERRUPTED)
+            self.left = int(size, 16)
+            self.state = _CHUNK_DATA if self.left else _TRAILER
+        elif self.state == _CHUNK_END:
+            if line:
+                raise RequestFailed(INTERRUPTED)
+            self.state = _CHUNK_SIZE
+        elif not line:  # the empty line after the trailer fields
+            self.state = _DONE
+        else:
+            self._count(len(line))
+        return rest
+
+    def _line(self, data: bytes) -> tuple[bytes | None, bytes]:
+        """The next line (without its line end) and what follows, or None when incomplete."""
+        end = data.find(b"\n")
+        if end < 0:
+            self.buffer += data
+            if len(self.buffer) > MAX_HEAD_BYTES:
+                raise RequestFailed(INTERRUPTED)
+            return None, b""
+        line = data[:end]
+        if self.buffer:
+            line = bytes(self.buffer) + line
+            self.buffer.clear()
+        return (line[:-1] if line.endswith(b"\r") else line), data[end + 1 :]
