@@ -52,7 +52,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def server_settings(url: str) -> dict[str, str]:
     conn = await asyncpg.connect(url)
     try:
-        names = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "wal_level")
+        names = (
+            "server_version",
+            "fsync",
+            "synchronous_commit",
+            "shared_buffers",
+            "wal_level",
+            "autovacuum",
+            "autovacuum_naptime",
+        )
         return {name: await conn.fetchval(f"SHOW {name}") for name in names}
     finally:
         await conn.close()
@@ -89,7 +97,8 @@ async def main(args: argparse.Namespace) -> int:
         run.options.update(await server_settings(url))
         run.log(
             f"database: {source} (Postgres {run.options['server_version']}, "
-            f"fsync={run.options['fsync']}, synchronous_commit={run.options['synchronous_commit']})"
+            f"fsync={run.options['fsync']}, synchronous_commit={run.options['synchronous_commit']}"
+            f", autovacuum={run.options['autovacuum']})"
             f"; results: {results_dir}"
         )
         with tqdm(total=len(names), desc="scenarios", unit="scenario", position=0) as bar:

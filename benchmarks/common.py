@@ -30,7 +30,6 @@ import orjson
 from tqdm import tqdm
 
 from dispatcher.domain.signing import new_secret
-from dispatcher.store import schema
 from dispatcher.store.database import Database
 
 ROOT = Path(__file__).resolve().parent
@@ -39,6 +38,15 @@ RESULTS = ROOT / "results"
 WORK = ROOT / ".work"
 LOGS = WORK / "logs"
 EVENT_TYPE = "contact.updated"
+# Server settings written into every result (read once per run by __main__).
+SERVER_SETTINGS = (
+    "server_version",
+    "fsync",
+    "synchronous_commit",
+    "shared_buffers",
+    "autovacuum",
+    "autovacuum_naptime",
+)
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -123,18 +131,44 @@ async def drop_database(run: Run, name: str) -> None:
 async def fresh_database(
     run: Run, scenario: str, *, schema_applied: bool = True, pool_size: int = 10
 ) -> AsyncIterator[tuple[Database, str]]:
-    """A new database for one scenario, with dispatcher's schema; dropped afterwards."""
+    """A new database for one scenario, with dispatcher's schema (applied by `dispatcher
+    migrate`, the product's own command); dropped afterwards."""
     name = run.db_name(scenario)
     url = await create_database(run, name)
+    if schema_applied:
+        await migrate(url)
     db = await Database.open(url, min_size=1, max_size=pool_size)
     try:
-        if schema_applied:
-            await schema.apply_schema(db)
         yield db, url
     finally:
         await db.close()
         if not run.options.get("keep_databases"):
             await drop_database(run, name)
+
+
+async def migrate(url: str) -> None:
+    """`python -m dispatcher migrate` against `url` (bounded)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "dispatcher",
+        "migrate",
+        cwd=REPO,
+        env={**os.environ, **engine_env(url)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        stdin=asyncio.subprocess.DEVNULL,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=300)
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+    if proc.returncode != 0:
+        raise RuntimeError(f"dispatcher migrate failed: {out.decode(errors='replace')[-3000:]}")
 
 
 async def create_workspace(db: Database, name: str = "bench") -> str:
@@ -329,7 +363,19 @@ class Sink:
         await self._call("POST", "/reset")
 
     async def records(self) -> list[tuple[str, float]]:
+        """(data.id, receive time) of every request (a sink started with record=True)."""
         return [(r[0], r[1]) for r in await self._call("GET", "/records")]
+
+    async def all_records(self) -> list[list[Any]]:
+        """[data.id, receive time, path, client port] of every request (record=True)."""
+        result: list[list[Any]] = await self._call("GET", "/records")
+        return result
+
+    async def flow(self, since: float, exclude: Sequence[int] = ()) -> dict[str, float]:
+        """{path: first receive time >= since}, not counting requests from `exclude` ports."""
+        query = f"/flow?since={since!r}&exclude={','.join(str(p) for p in exclude)}"
+        result: dict[str, float] = await self._call("GET", query)
+        return result
 
 
 async def start_sink(
@@ -377,8 +423,127 @@ def engine_env(url: str, **settings: Any) -> dict[str, str]:
     return env
 
 
+def effective_settings(url: str, **settings: Any) -> dict[str, Any]:
+    """The settings a `dispatcher` process started with engine_env(url, **settings) runs with
+    (the product's defaults plus what the scenario set), for the result's JSON."""
+    env = engine_env(url, **settings)
+    try:
+        from dispatcher.settings import Settings
+
+        values = Settings.from_env(env).redacted()
+    except Exception as exc:  # the settings module is not the harness's to depend on
+        return {"error": repr(exc), "env": {k: v for k, v in env.items() if k != "DATABASE_URL"}}
+    for key in ("database_url", "pgdata", "host", "port", "log_format"):
+        values.pop(key, None)
+    return {key: list(v) if isinstance(v, tuple) else v for key, v in values.items()}
+
+
 def start_worker(run: Run, url: str, name: str = "worker", **settings: Any) -> Proc:
     return start_process(run, name, ["-m", "dispatcher", "worker"], engine_env(url, **settings))
+
+
+async def start_serve(run: Run, url: str, name: str = "serve", **settings: Any) -> tuple[Proc, str]:
+    """`python -m dispatcher serve` on a free loopback port, engine on unless `engine="off"`,
+    no demo workspace, the shipped log level (info: one JSON line per API request) unless
+    given; returns the process and its base URL once `GET /readyz` answers 200."""
+    port = free_port()
+    env = engine_env(url, **{"demo": "off", "log_level": "info", **settings})
+    args = ["-m", "dispatcher", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    proc = start_process(run, name, args, env)
+    base = f"http://127.0.0.1:{port}"
+
+    async def ready() -> bool:
+        if not proc.alive():
+            raise RuntimeError(f"{name} exited:\n{proc.tail()}")
+        timeout = aiohttp.ClientTimeout(total=5)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout, trust_env=False) as session,
+                session.get(f"{base}/readyz") as response,
+            ):
+                return response.status == 200
+        except (aiohttp.ClientError, OSError):
+            return False
+
+    await wait_until(ready, within=90, interval=0.1, what=f"{name} to be ready")
+    return proc, base
+
+
+async def run_json(
+    args: Sequence[str], *, within: float, env: dict[str, str] | None = None, what: str = ""
+) -> Any:
+    """Run `python <args>` to its end (killed after `within` s, or if we are cancelled) and
+    return the last line of its stdout as JSON."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *args,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=within)
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 10)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{what or args[1]} failed ({proc.returncode}): {err.decode(errors='replace')[-3000:]}"
+        )
+    return orjson.loads(out.splitlines()[-1])
+
+
+async def run_client(*args: str, within: float) -> dict[str, Any]:
+    """benchmarks/client.py in its own process; its JSON result."""
+    result: dict[str, Any] = await run_json(
+        ["-m", "benchmarks.client", *args], within=within, what="benchmarks.client"
+    )
+    return result
+
+
+async def dispatcher_cli(url: str, *args: str) -> dict[str, Any]:
+    """`python -m dispatcher <args> --json` against `url` (the product's admin commands)."""
+    result: dict[str, Any] = await run_json(
+        ["-m", "dispatcher", *args, "--json"],
+        within=120,
+        env=engine_env(url),
+        what=f"dispatcher {' '.join(args[:2])}",
+    )
+    return result
+
+
+async def create_api_key(url: str, workspace_id: str, scopes: Sequence[str]) -> str:
+    """A key made by `dispatcher keys create` (the only way a key is meant to be made)."""
+    args = ["keys", "create", workspace_id]
+    for scope in scopes:
+        args += ["--scope", scope]
+    key: str = (await dispatcher_cli(url, *args))["key"]
+    return key
+
+
+def local_tcp_ports(pid: int) -> set[int]:
+    """The local ports of a process's TCP sockets (its client connections), from /proc."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 9 and fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 async def scrape_engine_metrics(port: int) -> dict[str, float]:
@@ -538,6 +703,7 @@ def write_result(
         "quick": run.quick,
         "scale": run.scale,
         "database": run.database_source,
+        "server": {key: run.options.get(key) for key in SERVER_SETTINGS},
         "machine": machine(),
         "date": utc_now(),
         "git_commit": commit or git_commit(),
@@ -564,8 +730,34 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def process_tree_cpu(root: int) -> dict[int, float]:
-    """CPU seconds per process of `root` and its direct children (postmaster and backends)."""
+def _serves_other_database(pid: int, database: str) -> bool:
+    """True for a Postgres backend (or autovacuum worker) of another database than ours, from
+    its process title: `postgres: [cluster: ]user db host(port) state` or `postgres:
+    [cluster: ]autovacuum worker db`. Shared processes (checkpointer, WAL writer, ...) serve
+    every database and count as ours."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (OSError, UnicodeDecodeError):
+        return False
+    words = title.split()
+    if not words or words[0] != "postgres:":
+        return False
+    words = words[1:]
+    if words and words[0].endswith(":"):  # cluster_name
+        words = words[1:]
+    if words[:2] == ["autovacuum", "worker"]:
+        return len(words) > 2 and words[2] != database
+    # A client backend: user, database, then its client ("[local]" or "host(port)").
+    for i, word in enumerate(words):
+        if i >= 2 and (word == "[local]" or (word.endswith(")") and "(" in word)):
+            return words[i - 1] != database
+    return False
+
+
+def process_tree_cpu(root: int, database: str | None = None) -> dict[int, float]:
+    """CPU seconds per process of `root` and its direct children (postmaster and backends);
+    with `database`, leaving out the backends of other databases (other users of a shared
+    server)."""
     out = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -573,6 +765,8 @@ def process_tree_cpu(root: int) -> dict[int, float]:
         pid = int(entry.name)
         stat = _stat(pid)
         if stat is not None and (pid == root or stat[0] == root):
+            if pid != root and database and _serves_other_database(pid, database):
+                continue
             out[pid] = stat[1]
     return out
 
@@ -584,19 +778,29 @@ def machine_busy() -> tuple[float, float]:
     return (sum(parts) - idle) / CLK_TCK, sum(parts) / CLK_TCK
 
 
-async def postmaster_pid(db: Database) -> int | None:
+@dataclass(frozen=True)
+class Postgres:
+    """The server's postmaster on this machine and the database whose backends we count."""
+
+    pid: int
+    database: str
+
+
+async def postmaster_pid(db: Database) -> Postgres | None:
     """The server's postmaster, when it runs on this machine (the parent of our backend)."""
     async with db.acquire() as conn:
         backend: int = await conn.fetchval("SELECT pg_backend_pid()")
+        database: str = await conn.fetchval("SELECT current_database()")
     stat = _stat(backend)
-    return stat[0] if stat is not None else None
+    return Postgres(stat[0], database) if stat is not None else None
 
 
 class CpuMeter:
-    """CPU seconds used by named processes, Postgres (postmaster and every backend, also those
-    that exit meanwhile: sampled every 0.5 s) and the machine, between start() and stop()."""
+    """CPU seconds used by named processes, Postgres (postmaster, its shared processes and
+    every backend of our database, also those that exit meanwhile: sampled every 0.5 s) and
+    the machine, between start() and stop()."""
 
-    def __init__(self, pids: dict[str, int], postmaster: int | None) -> None:
+    def __init__(self, pids: dict[str, int], postmaster: Postgres | None) -> None:
         self.pids = pids
         self.postmaster = postmaster
         self.first: dict[str, float] = {}
@@ -613,7 +817,7 @@ class CpuMeter:
             if stat is not None:
                 self.last[name] = stat[1]
         if self.postmaster is not None:
-            self.pg_last.update(process_tree_cpu(self.postmaster))
+            self.pg_last.update(process_tree_cpu(self.postmaster.pid, self.postmaster.database))
 
     async def _run(self) -> None:
         while True:

@@ -9,8 +9,10 @@ What a user would build instead of dispatcher, following PgQueuer's README: one 
 delivery (payload: the delivery id, the URL, the endpoint's secret and the event's body), a
 `PgQueuer` on an asyncpg connection, one entrypoint that signs the body (the same Standard
 Webhooks HMAC as dispatcher, `dispatcher.domain.signing.sign`) and POSTs it with one shared
-aiohttp `ClientSession`; PgQueuer itself records each job's completion (its log table) in
-batches. Run in drain mode: the process exits when the queue is empty.
+aiohttp `ClientSession` (aiohttp's default pool: 100 connections); PgQueuer itself records each
+job's completion (its log table) in batches. Run in drain mode: the process exits when the
+queue is empty. `--concurrency 0` registers the entrypoint without a concurrency limit
+(PgQueuer's default); `--batch-size` is `QueueManager.run(batch_size=...)`.
 
 It does less than dispatcher: no per-endpoint concurrency limit, no delivery row to update,
 no retry schedule (a failed POST is simply logged as an exception). That only flatters it.
@@ -108,7 +110,7 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
         conn = await asyncpg.connect(args.dsn)
         driver = AsyncpgDriver(conn)
     pgq = PgQueuer(driver)
-    connector = aiohttp.TCPConnector(limit=max(args.concurrency, 100), limit_per_host=0)
+    connector = aiohttp.TCPConnector(limit=100, limit_per_host=0)  # aiohttp's defaults
     session = aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=args.timeout), trust_env=False
     )
@@ -169,7 +171,7 @@ def main() -> None:
             sub.add_argument("--endpoints-file", required=True, help="JSON [{url, secret}]")
             sub.add_argument("--chunk", type=int, default=2000)
         if name == "consume":
-            sub.add_argument("--concurrency", type=int, default=100)
+            sub.add_argument("--concurrency", type=int, default=0, help="0: no limit")
             sub.add_argument("--batch-size", type=int, default=10)
             sub.add_argument("--max-tasks", type=int, default=0)
             sub.add_argument("--driver", choices=("connection", "pool"), default="connection")

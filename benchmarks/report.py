@@ -25,8 +25,37 @@ def load(results_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def met_text(met: bool | None) -> str:
-    return {True: "✅ yes", False: "❌ no", None: "—"}[met]
+def met_text(met: bool | None, info: bool = False) -> str:
+    text = {True: "✅ yes", False: "❌ no", None: "—"}[met]
+    return f"{text} (info)" if info and met is not None else text
+
+
+def rows_of(name: str, r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
+    """The summary table's rows for one result: its `rows` when it has them (one per target
+    or variant), else one row from its `summary`."""
+    if r.get("rows") and not r.get("error"):
+        return [
+            (
+                row["label"],
+                row.get("measured", "—"),
+                row.get("baseline", "—"),
+                row.get("ratio", "—"),
+                row.get("target", "—"),
+                met_text(row.get("met"), bool(row.get("info"))),
+            )
+            for row in r["rows"]
+        ]
+    s = r.get("summary", {})
+    return [
+        (
+            r.get("title", name),
+            s.get("measured", "—"),
+            s.get("baseline", "—"),
+            s.get("ratio", "—"),
+            r.get("target", {}).get("text", "—"),
+            met_text(r.get("met")),
+        )
+    ]
 
 
 def write_summary(results_dir: Path) -> str:
@@ -35,14 +64,22 @@ def write_summary(results_dir: Path) -> str:
     if results:
         first = next(iter(results.values()))
         m = first.get("machine", {})
+        server = first.get("server") or {}
         dates = sorted(r.get("date", "") for r in results.values())
         commits = sorted({str(r.get("git_commit")) for r in results.values()})
         quick = any(r.get("quick") for r in results.values())
         lines.append(
             f"Machine: {m.get('cpu_count')} cores ({m.get('cpu_model', '?')}), "
             f"{m.get('memory_gb', '?')} GB, {m.get('platform', '?')}, Python {m.get('python')}; "
-            f"database: {first.get('database')}; "
-            f"run {dates[0]} → {dates[-1]} (UTC); commit {', '.join(commits)}"
+            f"database: {first.get('database')}"
+            + (
+                f" (Postgres {server.get('server_version')}, fsync {server.get('fsync')}, "
+                f"synchronous_commit {server.get('synchronous_commit')}, "
+                f"autovacuum {server.get('autovacuum')})"
+                if server
+                else ""
+            )
+            + f"; run {dates[0]} → {dates[-1]} (UTC); commit {', '.join(commits)}"
             + ("; **quick run (small sizes)**" if quick else "")
             + "."
         )
@@ -50,12 +87,8 @@ def write_summary(results_dir: Path) -> str:
     lines.append("| scenario | measured | baseline | ratio | target | met |")
     lines.append("|---|---|---|---|---|---|")
     for name, r in results.items():
-        s = r.get("summary", {})
-        target = r.get("target", {}).get("text", "—")
-        lines.append(
-            f"| {r.get('title', name)} | {s.get('measured', '—')} | {s.get('baseline', '—')} "
-            f"| {s.get('ratio', '—')} | {target} | {met_text(r.get('met'))} |"
-        )
+        for row in rows_of(name, r):
+            lines.append("| " + " | ".join(row) + " |")
     notes = [
         f"- {r.get('title', name)}: {note}"
         for name, r in results.items()
@@ -82,7 +115,7 @@ def update_readme(summary: str) -> None:
 
 
 def write_plot(results_dir: Path) -> Path | None:
-    """Throughput per scenario (deliveries/s or req/s) and the latency percentiles."""
+    """Throughput per scenario, the PgQueuer sweep, and the latency percentiles."""
     results = load(results_dir)
     try:
         import matplotlib
@@ -100,51 +133,83 @@ def write_plot(results_dir: Path) -> Path | None:
     with contextlib.suppress(KeyError, TypeError):
         add("ceiling", results["ceiling"]["measured"]["value"])
     with contextlib.suppress(KeyError, TypeError):
-        add("drain", results["drain"]["measured"]["value"])
+        add("drain\n(fresh)", results["drain"]["measured"]["value"])
+        add("drain\nanalyzed", results["drain"]["analyzed"]["rate"])
+        add("drain\n2 workers", results["drain"]["two_workers"]["rate"])
     with contextlib.suppress(KeyError, TypeError):
-        add("PgQueuer", results["peer"]["baseline"]["value"])
+        add("PgQueuer\n(best)", results["peer"]["baseline"]["value"])
     with contextlib.suppress(KeyError, TypeError):
-        add("isolation\n(all healthy)", results["isolation"]["baseline"]["value"])
+        add("API\nevents", results["api"]["measured"]["events"]["flat_out"]["ok_rps"])
+        add("API\nmessages", results["api"]["measured"]["messages"]["flat_out"]["ok_rps"])
+    with contextlib.suppress(KeyError, TypeError):
+        add("isolation\n(healthy)", results["isolation"]["baseline"]["value"])
         add("isolation\n(10% hang)", results["isolation"]["measured"]["value"])
     with contextlib.suppress(KeyError, TypeError):
         for run in results["replicas"]["measured"]["runs"]:
-            add(f"replicas x{run['workers']}", run["rate"])
+            add(f"replicas\nx{run['workers']}", run["rate"])
+    sweep: dict[str, dict[int, float]] = {}
+    with contextlib.suppress(KeyError, TypeError):
+        for point in results["peer"]["points"]:
+            if "rate" in point:
+                limit = f"limit {point['concurrency_limit'] or 'none'}"
+                sweep.setdefault(limit, {})[point["batch_size"]] = point["rate"]
     latency: dict[str, list[float]] = {}
     with contextlib.suppress(KeyError, TypeError):
         m = results["latency"]["measured"]
         rate = results["latency"]["parameters"]["rate_per_s"]
-        latency[f"{rate:g}/s publish→received"] = [m["p50_ms"], m["p95_ms"], m["p99_ms"]]
-        c = m["commit_to_received_ms"]
-        latency[f"{rate:g}/s commit→received"] = [c["p50"], c["p95"], c["p99"]]
-        low = m["at_low_rate"]
-        latency[f"{low['rate_per_s']:g}/s publish→received"] = [
-            low["p50_ms"],
-            low["p95_ms"],
-            low["p99_ms"],
-        ]
-    if not bars and not latency:
+        latency[f"HTTP API {rate:g}/s"] = [m["p50_ms"], m["p95_ms"], m["p99_ms"]]
+        sql = m["sql_outbox"]
+        latency[f"SQL outbox {rate:g}/s"] = [sql["p50_ms"], sql["p95_ms"], sql["p99_ms"]]
+        c = sql["commit_to_received_ms"]
+        latency["SQL commit→received"] = [c["p50"], c["p95"], c["p99"]]
+    if not bars and not latency and not sweep:
         return None
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax1, ax3, ax2) = plt.subplots(
+        1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [4, 2, 2]}
+    )
     if bars:
         labels, values = zip(*bars, strict=True)
         ax1.bar(range(len(values)), values, color="#4c72b0")
-        ax1.set_xticks(range(len(values)), labels, fontsize=8)
-        ax1.set_ylabel("deliveries/s (ceiling: requests/s)")
+        ax1.set_xticks(range(len(values)), labels, fontsize=7)
+        ax1.set_ylabel("deliveries/s (ceiling, API: requests/s)")
         ax1.set_title("Throughput")
         for i, v in enumerate(values):
-            ax1.text(i, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=8)
+            ax1.text(i, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=7)
+    if sweep:
+        sizes = sorted({b for series in sweep.values() for b in series})
+        width = 0.8 / len(sweep)
+        for k, (name, series) in enumerate(sorted(sweep.items())):
+            xs = [i + (k - (len(sweep) - 1) / 2) * width for i in range(len(sizes))]
+            ax3.bar(xs, [series.get(b, 0.0) for b in sizes], width=width, label=name)
+        with contextlib.suppress(KeyError, TypeError):
+            ax3.axhline(
+                results["drain"]["measured"]["value"],
+                color="black",
+                linestyle="--",
+                linewidth=1,
+                label="dispatcher (fresh drain)",
+            )
+        ax3.set_xticks(range(len(sizes)), [str(b) for b in sizes])
+        ax3.set_xlabel("PgQueuer batch size")
+        ax3.set_ylabel("jobs/s")
+        ax3.set_title("PgQueuer sweep")
+        ax3.legend(fontsize=7)
     if latency:
         width = 0.8 / len(latency)
-        for k, (name, values) in enumerate(latency.items()):
+        for k, (name, percentiles) in enumerate(latency.items()):
             xs = [i + (k - (len(latency) - 1) / 2) * width for i in range(3)]
-            ax2.bar(xs, values, width=width, label=name)
-            for x, v in zip(xs, values, strict=True):
-                ax2.text(x, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=7)
+            ax2.bar(xs, percentiles, width=width, label=name)
+            for x, v in zip(xs, percentiles, strict=True):
+                ax2.text(x, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=6)
         ax2.set_xticks(range(3), ["p50", "p95", "p99"])
         ax2.set_yscale("log")
+        top = max(max(v) for v in latency.values())
+        low = min(min(v) for v in latency.values())
+        # The target line always in view, and room for the legend above the bars.
+        ax2.set_ylim(bottom=max(min(low, 50.0) / 3, 0.1), top=max(top, 50.0) * 30)
         ax2.axhline(50, color="red", linestyle="--", linewidth=1, label="target: p99 < 50 ms")
         ax2.set_ylabel("ms (log scale)")
-        ax2.set_title("Latency")
+        ax2.set_title("Latency at 1,000 events/s")
         ax2.legend(fontsize=7)
     fig.tight_layout()
     path = results_dir / "plot.png"

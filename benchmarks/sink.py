@@ -19,9 +19,12 @@ Modes (the default for every path; a path starting `/mode/<m>/` overrides it per
 - fail:   500 at once.
 
 Control endpoints (never counted): `GET /stats` -> JSON {count, duplicates, distinct, invalid,
-first, last, by_status, open_connections}; `POST /reset` clears everything; `GET /records` ->
-JSON [[data_id, received_unix_time], ...] when started with `--record` (the latency scenario
-pairs them with the publish times it noted itself; one machine, so the clocks agree).
+first, last, by_status, open_connections}; `POST /reset` clears everything; with `--record`:
+`GET /records` -> JSON [[data_id, received_unix_time, path, client_port], ...] (the latency
+scenario pairs them with the publish times it noted itself; one machine, so the clocks agree),
+and `GET /flow?since=T&exclude=P1,P2` -> JSON {path: first receive time >= T} over the requests
+that did not come from the client ports listed (the takeover scenario: when each endpoint
+received its first delivery after a kill, not counting what the killed process had sent).
 Duplicates are counted per `webhook-id` (a redelivery of one delivery carries the same id).
 """
 
@@ -71,7 +74,18 @@ class State:
         self.last = 0.0
         self.seen: set[bytes] = set()
         self.by_status: Counter[int] = Counter()
-        self.records: list[tuple[str, float]] = []
+        self.records: list[tuple[str, float, str, int]] = []
+
+    def flow(self, query: bytes) -> dict[str, float]:
+        """{path: first receive time >= since}, leaving out requests from `exclude` ports."""
+        params = dict(p.partition(b"=")[::2] for p in query.split(b"&") if p)
+        since = float(params.get(b"since", b"0"))
+        exclude = {int(x) for x in params.get(b"exclude", b"").split(b",") if x}
+        first: dict[str, float] = {}
+        for _, at, path, port in self.records:
+            if at >= since and port not in exclude and path not in first:
+                first[path] = at
+        return first
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -93,9 +107,12 @@ class SinkProtocol(asyncio.Protocol):
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.hang_timer: asyncio.TimerHandle | None = None
+        self.peer_port = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        with contextlib.suppress(TypeError, IndexError):
+            self.peer_port = int(transport.get_extra_info("peername")[1])
         self.state.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -140,7 +157,8 @@ class SinkProtocol(asyncio.Protocol):
         assert transport is not None
         state = self.state
         method, _, rest = lines[0].partition(b" ")
-        path = rest.partition(b" ")[0]
+        target = rest.partition(b" ")[0]
+        path, _, query = target.partition(b"?")
         if path == b"/stats":
             self.reply_json(state.stats())
             return
@@ -150,6 +168,9 @@ class SinkProtocol(asyncio.Protocol):
             return
         if path == b"/records":
             self.reply_json(state.records)
+            return
+        if path == b"/flow":
+            self.reply_json(state.flow(query))
             return
         now = time.time()
         if not state.count:
@@ -163,7 +184,8 @@ class SinkProtocol(asyncio.Protocol):
                 state.seen.add(webhook_id)
         if state.record:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                state.records.append((orjson.loads(body)["data"]["id"], now))
+                data_id = orjson.loads(body)["data"]["id"]
+                state.records.append((data_id, now, path.decode(errors="replace"), self.peer_port))
         mode = state.mode
         if path.startswith(b"/mode/"):
             mode = path.split(b"/")[2].decode()

@@ -8,7 +8,19 @@ import traceback
 from types import ModuleType
 from typing import Any
 
-ORDER = ("ceiling", "drain", "peer", "latency", "isolation", "fanout", "backlog", "replicas")
+ORDER = (
+    "ceiling",
+    "drain",
+    "peer",
+    "cpu",
+    "latency",
+    "api",
+    "isolation",
+    "takeover",
+    "fanout",
+    "backlog",
+    "replicas",
+)
 
 
 def module(name: str) -> ModuleType:
