@@ -1,10 +1,11 @@
--- The one description of dispatcher's database.
+-- The one description of dispatcher's database, as a fresh database gets it (at its latest
+-- version, recorded at the bottom).
 --
--- Applied at start-up and by `dispatcher migrate`, under an advisory lock, as many times as
--- you like: every statement is idempotent (IF NOT EXISTS, OR REPLACE). A later schema version
--- appends its changes here in the same idempotent style (ALTER TABLE ... ADD COLUMN IF NOT
--- EXISTS, ...) and bumps the version recorded at the bottom, so existing databases migrate by
--- applying the file again.
+-- A database made by an earlier release is brought up to date by the numbered migrations in
+-- dispatcher/store/migrations/ instead (NNNN_name.sql upgrades version NNNN-1 to NNNN), each
+-- applied once, under an advisory lock, by `dispatcher migrate` or at start-up (see
+-- docs/operations.md). A change to the schema changes both: this file, and a new migration;
+-- tests/store/test_migrations.py checks that a migrated database equals a fresh one.
 
 CREATE TABLE IF NOT EXISTS dispatcher_schema (
     version     integer PRIMARY KEY,
@@ -114,13 +115,14 @@ CREATE TABLE IF NOT EXISTS events (
     payload          text NOT NULL,
     idempotency_key  text,
     created_at       timestamptz NOT NULL DEFAULT now(),
+    -- SHA-256 of the publishing request's body as a JSON value (sorted keys, no white space),
+    -- kept with events published under an Idempotency-Key: under a used key only the
+    -- identical request replays the event; another one is refused. NULL on events published
+    -- without a key, and on rows from schema 1 (they replay whatever the request, as they did).
+    -- (Last: schema 2 added it, and a migrated table must equal a fresh one.)
+    request_fingerprint  bytea,
     PRIMARY KEY (id, created_at)
 ) PARTITION BY RANGE (created_at);
--- Schema 2: SHA-256 of the publishing request's body as a JSON value (sorted keys, no white
--- space), kept with events published under an Idempotency-Key: under a used key only the
--- identical request replays the event; another one is refused. NULL on rows from schema 1
--- (they replay whatever the request, as they did) and on events published without a key.
-ALTER TABLE events ADD COLUMN IF NOT EXISTS request_fingerprint bytea;
 -- Idempotency keys are unique per workspace within 24 hours; publish() enforces that under an
 -- advisory lock (a unique index cannot span partitions without the partition key).
 CREATE INDEX IF NOT EXISTS events_idempotency
@@ -153,9 +155,10 @@ CREATE INDEX IF NOT EXISTS webhooks_page
 CREATE INDEX IF NOT EXISTS webhooks_live
     ON webhooks (workspace_id) WHERE deleted_at IS NULL AND disabled_at IS NULL;
 
--- One row per (event, subscription). While a delivery is pending, `next_attempt_at` is when it
--- is next due; a claim moves it to the lease's expiry, so a claimed row leaves the due set and
--- comes back by itself if its process dies (no separate lease sweep).
+-- The history of each delivery: one row per (event, subscription), what the API reads. Its
+-- status, attempts and last answer are written once per attempt (by the recorder); nothing
+-- the claim changes lives here, and no index covers a column an attempt changes, so those
+-- updates are HOT (fillfactor 80 on the partitions).
 CREATE TABLE IF NOT EXISTS deliveries (
     id               text NOT NULL,
     workspace_id     text NOT NULL,
@@ -167,27 +170,56 @@ CREATE TABLE IF NOT EXISTS deliveries (
     attempts         integer NOT NULL DEFAULT 0,
     -- The event's created_at (same day, same partition as the event).
     created_at       timestamptz NOT NULL DEFAULT now(),
+    -- When the next attempt is due (as the API shows it); NULL once settled.
     next_attempt_at  timestamptz,
     delivered_at     timestamptz,
     last_error       text,
     response_status  integer,
     response_ms      integer,
-    lease_owner      text,
     PRIMARY KEY (id, created_at),
     UNIQUE (webhook_id, event_id, created_at)
 ) PARTITION BY RANGE (created_at);
--- The claim's index: only due rows, in due order. Settled history is not in it at all, so the
--- claim's cost does not grow with history.
-CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (next_attempt_at)
-    WHERE status = 'pending';
--- In-flight rows per subscription (small: at most the concurrency limits).
-CREATE INDEX IF NOT EXISTS deliveries_leased ON deliveries (webhook_id)
-    WHERE status = 'pending' AND lease_owner IS NOT NULL;
-CREATE INDEX IF NOT EXISTS deliveries_pending_by_webhook ON deliveries (webhook_id)
-    WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS deliveries_page
     ON deliveries (webhook_id, created_at DESC, id DESC);
 CREATE TABLE IF NOT EXISTS deliveries_default PARTITION OF deliveries DEFAULT;
+
+-- The engine's work: one row per pending delivery, and nothing else. Narrow (only what a
+-- claim needs), not partitioned, so its plans do not depend on statistics of many partitions,
+-- and it holds the backlog, never the history: its size and its claim cost follow the
+-- backlog. A row leaves when its delivery settles.
+--
+-- `due_at` is when the delivery is next due. A claim sets `lease_owner` and moves `due_at` to
+-- 'infinity', so a claimed row leaves the due walk; it comes back when its result is recorded
+-- (retry), when its engine releases it (shutdown), or when its engine stops beating
+-- (dispatcher_engines): then any live engine hands its rows back at once.
+CREATE TABLE IF NOT EXISTS delivery_queue (
+    delivery_id  text PRIMARY KEY,
+    -- The history row's partition key: (delivery_id, created_at) is its primary key.
+    created_at   timestamptz NOT NULL,
+    webhook_id   text NOT NULL,
+    event_id     text NOT NULL,
+    is_test      boolean NOT NULL DEFAULT false,
+    due_at       timestamptz NOT NULL,
+    attempts     integer NOT NULL DEFAULT 0,
+    lease_owner  text
+) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.01,
+        autovacuum_analyze_scale_factor = 0.01);
+-- The claim walks this in due order (claimed rows sit at 'infinity', past every due one).
+CREATE INDEX IF NOT EXISTS delivery_queue_due ON delivery_queue (due_at);
+-- Requests in flight per endpoint, across every engine (at most the concurrency limits).
+CREATE INDEX IF NOT EXISTS delivery_queue_leased ON delivery_queue (webhook_id, lease_owner)
+    WHERE lease_owner IS NOT NULL;
+-- Pending work of one endpoint (disable, delete).
+CREATE INDEX IF NOT EXISTS delivery_queue_webhook ON delivery_queue (webhook_id);
+
+-- Live engines. Each beats every second (database time); an engine silent for
+-- DISPATCHER_HEARTBEAT_TIMEOUT seconds is dead: the next beat of any live engine removes it
+-- and hands its leased rows back, due at once, so its slots free within seconds.
+CREATE TABLE IF NOT EXISTS dispatcher_engines (
+    owner       text PRIMARY KEY,
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    beat_at     timestamptz NOT NULL DEFAULT now()
+);
 
 -- Daily partitions [day, day + 1) in UTC for both tables, for every day from p_from to p_to.
 -- Deliveries partitions are tuned for their update-heavy life (see docs/scaling.md). A day whose
@@ -234,7 +266,10 @@ $$;
 SELECT dispatcher_ensure_partitions(current_date - 1, current_date + 2);
 
 -- Fan-out: one delivery per live subscription that hears the event's type and number, in one
--- statement, and a wake-up for the engines (NOTIFY is sent at commit, collapsed per transaction).
+-- statement, with its row in the queue. No NOTIFY here: a NOTIFY in the publishing
+-- transaction takes a cluster-wide lock through the commit (and its WAL flush), which
+-- serialises every publisher's commit. The API wakes the engines after its commit; engines
+-- also probe the queue when idle (the outbox door).
 CREATE OR REPLACE FUNCTION dispatcher_fan_out(
     p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text, p_number_id text
 ) RETURNS integer
@@ -243,21 +278,23 @@ DECLARE
     fanned integer;
 BEGIN
     -- The event's fields come as arguments: no join back to the row just inserted.
-    INSERT INTO deliveries
-        (id, workspace_id, webhook_id, event_id, event_type, created_at, next_attempt_at)
-    SELECT dispatcher_new_id('WD'), p_workspace_id, w.id, p_event_id, p_type, p_created_at,
-           p_created_at
-    FROM webhooks w
-    WHERE w.workspace_id = p_workspace_id
-      AND w.deleted_at IS NULL
-      AND w.disabled_at IS NULL
-      AND p_type = ANY (w.events)
-      AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
-    ON CONFLICT (webhook_id, event_id, created_at) DO NOTHING;
+    WITH made AS (
+        INSERT INTO deliveries
+            (id, workspace_id, webhook_id, event_id, event_type, created_at, next_attempt_at)
+        SELECT dispatcher_new_id('WD'), p_workspace_id, w.id, p_event_id, p_type, p_created_at,
+               p_created_at
+        FROM webhooks w
+        WHERE w.workspace_id = p_workspace_id
+          AND w.deleted_at IS NULL
+          AND w.disabled_at IS NULL
+          AND p_type = ANY (w.events)
+          AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
+        ON CONFLICT (webhook_id, event_id, created_at) DO NOTHING
+        RETURNING id, created_at, webhook_id, event_id, next_attempt_at
+    )
+    INSERT INTO delivery_queue (delivery_id, created_at, webhook_id, event_id, due_at)
+    SELECT id, created_at, webhook_id, event_id, next_attempt_at FROM made;
     GET DIAGNOSTICS fanned = ROW_COUNT;
-    IF fanned > 0 THEN
-        PERFORM pg_notify('dispatcher_deliveries', '');
-    END IF;
     RETURN fanned;
 END
 $$;
@@ -308,4 +345,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO dispatcher_schema (version) VALUES (2) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (3) ON CONFLICT DO NOTHING;

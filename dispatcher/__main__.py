@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--port", type=int, default=None, help="port (default 8080)")
 
     commands.add_parser("worker", help="run the delivery engine alone")
-    commands.add_parser("migrate", help="apply schema.sql to the database")
+    commands.add_parser("migrate", help="apply pending schema migrations to the database")
 
     ws = commands.add_parser("workspaces", help="manage workspaces")
     ws_cmds = ws.add_subparsers(dest="action", required=True)
@@ -68,10 +68,12 @@ def _emit(as_json: bool, obj: dict[str, Any], line: str) -> None:
 
 
 async def _admin(settings: Settings, args: argparse.Namespace) -> None:
-    async with open_database(settings, migrate=True) as db:
+    async with open_database(settings, migrate=args.command != "migrate") as db:
         if args.command == "migrate":
-            version = await schema.apply_schema(db, force=True)
-            print(f"schema at version {version}")
+            done = await schema.upgrade(db)
+            for name in done.applied:
+                print(f"applied {name}", flush=True)
+            print(f"schema at version {done.after}", flush=True)
         elif args.command == "workspaces":
             workspace_id = await workspaces.create_workspace(db, args.name)
             _emit(args.json, {"id": workspace_id}, f"created workspace {workspace_id}")

@@ -17,6 +17,7 @@ from dispatcher.domain.clock import Clock
 from dispatcher.errors import DispatcherError
 from dispatcher.store import messages
 from dispatcher.store.database import Database
+from dispatcher.store.notifications import DELIVERIES_CHANNEL
 
 # Documented in docs/messages.md: sending to these ends `undelivered`.
 SANDBOX_FAILING_NUMBERS: frozenset[str] = frozenset({"+15005550001", "+15005550002"})
@@ -65,6 +66,8 @@ class SandboxCarrier:
                         carrier_due_at=None,
                         event_type="message.delivered",
                     )
+        if any(row["status"] != "queued" for row in due):
+            self.db.wake(DELIVERIES_CHANNEL)  # events were made: wake the engines
         return len(due)
 
     async def run(self, poll_interval: float = 0.5) -> None:

@@ -124,9 +124,12 @@ async def wait_for_database(
 
 
 async def prepare_schema(db: Database) -> int:
-    version = await schema.apply_schema(db)
-    log.info("database.schema", version=version)
-    return version
+    """Apply pending migrations (replicas starting together serialise on a lock; the later
+    ones find nothing to do). A database at a version this release does not know raises
+    SchemaError, which ends the start-up: see docs/operations.md."""
+    done = await schema.upgrade(db)
+    log.info("database.schema", version=done.after, found=done.before, applied=done.applied)
+    return done.after
 
 
 async def build_services(db: Database, settings: Settings, clock: Clock) -> Services:

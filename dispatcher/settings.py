@@ -41,7 +41,8 @@ class Settings:
     claim_batch_size: int = 500
     poll_interval: float = 1.0
     shutdown_timeout: float = 10.0
-    lease_margin: float = 30.0
+    lease_margin: float = 30.0  # accepted for compatibility; leases follow heartbeats now
+    heartbeat_timeout: float = 3.0
     secret_rotation_grace: float = 86400.0
     # History
     retention_days: int = 30
@@ -52,11 +53,6 @@ class Settings:
     # Observability
     metrics_port: int | None = None
     metrics_per_webhook: bool = False
-
-    @property
-    def lease_seconds(self) -> float:
-        """How long a claim is held: one attempt plus room for recording its result."""
-        return self.request_timeout + self.lease_margin
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -93,6 +89,7 @@ class Settings:
         read("DISPATCHER_POLL_INTERVAL", "poll_interval", _float_between(0.01, 60.0))
         read("DISPATCHER_SHUTDOWN_TIMEOUT", "shutdown_timeout", _float_between(0.0, 600.0))
         read("DISPATCHER_LEASE_MARGIN", "lease_margin", _float_between(1.0, 3600.0))
+        read("DISPATCHER_HEARTBEAT_TIMEOUT", "heartbeat_timeout", _float_between(1.0, 600.0))
         read("DISPATCHER_SECRET_ROTATION_GRACE", "secret_rotation_grace",
              _float_between(0.0, 30 * 86400))  # fmt: skip
         read("DISPATCHER_RETENTION_DAYS", "retention_days", _int_between(1, 3650))

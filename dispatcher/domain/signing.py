@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import secrets
 from collections.abc import Sequence
@@ -27,8 +26,9 @@ def sign(keys: Sequence[bytes], message_id: str, timestamp: int, body: bytes) ->
     Several keys are passed during a secret rotation, so receivers holding either the old or
     the new secret verify the same request.
     """
-    signed = f"{message_id}.{timestamp}.".encode() + body
+    signed = b"%s.%d.%s" % (message_id.encode(), timestamp, body)
+    if len(keys) == 1:  # the usual case, on every attempt: no generator, no join
+        return "v1," + base64.b64encode(hmac.digest(keys[0], signed, "sha256")).decode()
     return " ".join(
-        "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
-        for key in keys
+        "v1," + base64.b64encode(hmac.digest(key, signed, "sha256")).decode() for key in keys
     )

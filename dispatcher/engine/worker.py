@@ -1,8 +1,10 @@
 """The engine: claim due deliveries, send them with per-endpoint limits, record the results.
 
 One claim loop per process. Attempts run as tasks; each endpoint has at most its
-`maxConcurrency` in flight, so a slow or dead endpoint holds only its own slots. The loop
-wakes on NOTIFY (new work), on freed capacity, and by polling (retries that became due).
+`maxConcurrency` in flight across every engine, so a slow or dead endpoint holds only its own
+slots. The loop wakes on NOTIFY (new work from the API), on freed capacity, and, when idle,
+by probing the queue every few milliseconds (work that came by the SQL outbox, retries that
+became due). A heartbeat says this engine is alive and hands back dead engines' leases.
 """
 
 from __future__ import annotations
@@ -14,13 +16,12 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 
 from dispatcher import metrics
 from dispatcher.domain.clock import Clock, SystemClock
-from dispatcher.domain.events import TEST_EVENT
 from dispatcher.domain.retry import RetryPolicy, parse_retry_after
 from dispatcher.engine.recorder import Recorder
 from dispatcher.engine.sender import Outcome, Sender
@@ -35,6 +36,9 @@ log = structlog.get_logger("dispatcher.engine")
 # After a wake-up caused by finished attempts, wait this long so that one claim picks up
 # the slots of many finished attempts instead of one claim per attempt.
 COALESCE_SECONDS = 0.002
+# How often an idle engine asks whether anything is due (one index probe): the bound on the
+# delay of work no NOTIFY announces (the SQL outbox function, retries coming due).
+IDLE_PROBE_SECONDS = 0.005
 
 
 class Engine:
@@ -54,7 +58,6 @@ class Engine:
         self.owner = owner or f"engine-{uuid.uuid4().hex[:12]}"
         self.rand = rand
         self.policy = RetryPolicy(settings.retry_schedule)
-        self.lease = timedelta(seconds=settings.lease_seconds)
         self.sender = Sender(
             timeout=settings.request_timeout,
             allowed=settings.allowed_cidrs,
@@ -69,6 +72,7 @@ class Engine:
             on_flushed=self.poke,
         )
         self.listener = Listener(db.url, DELIVERIES_CHANNEL, self.poke) if listen else None
+        self._tally = metrics.AttemptTally(settings.metrics_per_webhook)
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._per_webhook: Counter[str] = Counter()
         self._limits: dict[str, int] = {}
@@ -82,9 +86,17 @@ class Engine:
 
     async def start(self) -> None:
         await self.sender.start()
+        # Known as alive before the first claim, so no live engine takes its leases back.
+        await queue.beat(
+            self.db,
+            owner=self.owner,
+            dead_after=self.settings.heartbeat_timeout,
+            now=self.clock.now(),
+        )
         self._tasks = [
             asyncio.create_task(self.recorder.run(), name="engine-recorder"),
             asyncio.create_task(self._loop(), name="engine-claim-loop"),
+            asyncio.create_task(self._heartbeat(), name="engine-heartbeat"),
         ]
         if self.listener is not None:
             self._tasks.append(asyncio.create_task(self.listener.run(), name="engine-listener"))
@@ -128,7 +140,7 @@ class Engine:
                     self.db, owner=self.owner, delivery_ids=unfinished, now=self.clock.now()
                 )
                 log.info("engine.released", count=released)
-            except DispatcherError as exc:  # due again when their leases expire
+            except DispatcherError as exc:  # handed back by a live engine once we stop beating
                 log.warning("engine.release_failed", count=len(unfinished),
                             delivery_ids=unfinished, error=str(exc))  # fmt: skip
         for task in self._tasks:
@@ -136,7 +148,16 @@ class Engine:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        try:
+            # No longer alive: whatever this engine still holds (results it could not write)
+            # is due again now rather than after the heartbeat timeout.
+            handed_back = await queue.leave(self.db, owner=self.owner, now=self.clock.now())
+            if handed_back:
+                log.warning("engine.handed_back", count=handed_back)
+        except DispatcherError as exc:
+            log.warning("engine.leave_failed", error=str(exc))
         await self.sender.close()
+        self._tally.flush()
         self.running = False
         metrics.ENGINE_RUNNING.set(0)
         log.info("engine.stopped", owner=self.owner, unfinished=len(unfinished), lost=lost)
@@ -174,9 +195,59 @@ class Engine:
             if asked and claimed >= asked:
                 await asyncio.sleep(0)  # a full batch: more may be due; claim again at once
                 continue
-            await self._sleep(self.settings.poll_interval)
+            await self._idle_wait()
             if not self._stopping:
                 await asyncio.sleep(COALESCE_SECONDS)
+
+    async def _idle_wait(self) -> None:
+        """Until woken (NOTIFY, freed capacity), or the probe finds due work, or the poll
+        interval ends."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.poll_interval
+        while not self._stopping:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            if await self._woken(min(IDLE_PROBE_SECONDS, remaining)):
+                return
+            if len(self._in_flight) >= self.settings.max_in_flight:
+                continue  # no room: a finished attempt will wake the loop
+            try:
+                if await queue.any_due(self.db, self.clock.now()):
+                    return
+            except DispatcherError:
+                return  # the claim reports and backs off
+
+    async def _woken(self, seconds: float) -> bool:
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _heartbeat(self) -> None:
+        """Beat every second or so; each beat also hands back the leases of engines that
+        stopped beating (any live engine does it: no leader)."""
+        interval = min(1.0, self.settings.heartbeat_timeout / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                beat = await queue.beat(
+                    self.db,
+                    owner=self.owner,
+                    dead_after=self.settings.heartbeat_timeout,
+                    now=self.clock.now(),
+                )
+            except DispatcherError as exc:
+                log.debug("engine.heartbeat_failed", error=str(exc))
+                continue
+            if beat.registered:
+                # Silent too long (a stall, an outage): its leases were handed back and may be
+                # sent again by others. Results still to come are fenced off by the record.
+                log.warning("engine.heartbeat_resumed", owner=self.owner)
+            if beat.taken_over:
+                log.info("engine.took_over", count=beat.taken_over)
+                self.poke()
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -184,20 +255,18 @@ class Engine:
 
     async def claim_once(self) -> tuple[int, int]:
         """Claim what fits in the free capacity and start the attempts; (claimed, asked)."""
+        self._tally.flush()
         free = self.settings.max_in_flight - len(self._in_flight)
         asked = min(self.settings.claim_batch_size, free)
         if asked <= 0:
             return 0, 0
-        full = [w for w, n in self._per_webhook.items() if n >= self._limits.get(w, 1)]
         started = time.perf_counter()
         rows = await queue.claim(
             self.db,
             owner=self.owner,
             now=self.clock.now(),
             limit=asked,
-            skip_webhooks=full,
             default_concurrency=self.settings.max_concurrency_per_webhook,
-            lease=self.lease,
         )
         metrics.CLAIM_DURATION.observe(time.perf_counter() - started)
         metrics.CLAIM_BATCH.observe(len(rows))
@@ -223,7 +292,6 @@ class Engine:
         started = time.perf_counter()
         try:
             lag = (self.clock.now() - claimed.due_at).total_seconds()
-            metrics.LAG.observe(max(lag, 0.0))
             try:
                 outcome = await self.sender.send(
                     claimed.url, claimed.id, claimed.secrets, claimed.payload
@@ -237,9 +305,10 @@ class Engine:
                     elapsed,
                     "connection error: the request could not be completed",
                 )
+            result = self.decide(claimed, outcome)
+            self.recorder.add(result)
             with contextlib.suppress(Exception):  # metrics must never cost a record
-                self._observe(claimed, outcome)
-            self.recorder.add(self.decide(claimed, outcome))
+                self._observe(claimed, outcome, lag, result.finished_at)
         finally:
             self._in_flight.pop(claimed.id, None)
             self._per_webhook[claimed.webhook_id] -= 1
@@ -248,14 +317,21 @@ class Engine:
                 self._limits.pop(claimed.webhook_id, None)
             self.poke()
 
-    def _observe(self, claimed: queue.Claimed, outcome: Outcome) -> None:
-        metrics.attempt_counter(outcome.kind, outcome.status).inc()
-        metrics.attempt_duration(outcome.kind).observe(outcome.elapsed_ms / 1000)
-        if self.settings.metrics_per_webhook:
-            metrics.WEBHOOK_ATTEMPTS.labels(claimed.webhook_id, outcome.kind).inc()
+    def _observe(
+        self, claimed: queue.Claimed, outcome: Outcome, lag: float, finished: datetime
+    ) -> None:
+        """Noted in memory; written to the metrics once per claim (AttemptTally)."""
+        e2e = None
         if outcome.succeeded:
-            e2e = (self.clock.now() - claimed.event_created_at).total_seconds()
-            metrics.END_TO_END.observe(max(e2e, 0.0))
+            e2e = max((finished - claimed.event_created_at).total_seconds(), 0.0)
+        self._tally.add(
+            outcome.kind,
+            outcome.status,
+            outcome.elapsed_ms / 1000,
+            max(lag, 0.0),
+            e2e,
+            claimed.webhook_id,
+        )
 
     def decide(self, claimed: queue.Claimed, outcome: Outcome) -> queue.Result:
         """What an attempt's outcome means for its delivery: done, again later, or given up."""
@@ -277,7 +353,6 @@ class Engine:
             id=claimed.id,
             webhook_id=claimed.webhook_id,
             attempts_before=claimed.attempts,
-            is_test=claimed.event_type == TEST_EVENT,
             status=status,
             response_status=outcome.status,
             response_ms=outcome.elapsed_ms,

@@ -8,6 +8,7 @@ there (right now)" becomes `DatabaseUnavailable` (the API answers 503 `unavailab
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
@@ -68,6 +69,10 @@ def is_unavailable(exc: BaseException) -> bool:
     """Whether `exc` means the server cannot be reached (as opposed to a refused statement)."""
     if isinstance(exc, NOT_UNAVAILABLE):
         return False
+    if type(exc) is asyncpg.InterfaceError:
+        # The base class also reports misuse (a wrong number of arguments: a bug, 500); only
+        # a closed or pool-released connection means the server is away.
+        return any(word in str(exc) for word in ("closed", "released", "connection"))
     if isinstance(exc, CONNECTION_ERRORS):
         return True
     if isinstance(exc, asyncpg.PostgresError):
@@ -143,6 +148,8 @@ class Database:
         self.min_size = min_size
         self.max_size = max_size
         self._pool: asyncpg.Pool | None = None
+        self._wake_channels: set[str] = set()
+        self._waker: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, url: str, *, min_size: int = 1, max_size: int = 10) -> Database:
@@ -190,7 +197,35 @@ class Database:
             raise DatabaseUnavailable("database unavailable: not connected yet")
         return self._pool
 
+    def wake(self, channel: str) -> None:
+        """NOTIFY `channel` soon, outside any transaction, coalesced.
+
+        Called after a commit that made work for another process (the engines, the carrier).
+        A NOTIFY inside the writing transaction would take Postgres's cluster-wide notify lock
+        through that commit and its WAL flush, serialising every writer's commit; here, one
+        background NOTIFY covers every commit that asked since the last one went out.
+        """
+        self._wake_channels.add(channel)
+        if self._waker is None or self._waker.done():
+            self._waker = asyncio.get_running_loop().create_task(self._notify(), name="wake")
+
+    async def _notify(self) -> None:
+        while self._wake_channels and self._pool is not None:
+            channels = sorted(self._wake_channels)
+            self._wake_channels.clear()
+            try:
+                async with self.acquire() as conn:
+                    for channel in channels:
+                        await conn.execute("SELECT pg_notify($1, '')", channel)
+            except DispatcherError as exc:  # a lost wake-up costs a probe interval, not work
+                log.debug("database.wake_failed", error=str(exc))
+
     async def close(self) -> None:
+        waker, self._waker = self._waker, None
+        if waker is not None and not waker.done():
+            waker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waker
         pool, self._pool = self._pool, None
         if pool is None:
             return

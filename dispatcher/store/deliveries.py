@@ -13,6 +13,7 @@ from dispatcher.domain.events import TEST_EVENT, envelope
 from dispatcher.errors import Conflict, NotFound
 from dispatcher.store import webhooks
 from dispatcher.store.database import Connection, Database, Record, fetch_one
+from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 
 SELECT = """
@@ -21,7 +22,6 @@ SELECT = """
            e.payload
     FROM deliveries d JOIN events e ON e.id = d.event_id AND e.created_at = d.created_at
 """
-NOTIFY = "SELECT pg_notify('dispatcher_deliveries', '')"
 
 
 async def _live_webhook(conn: Connection, workspace_id: str, webhook_id: str) -> Record:
@@ -63,6 +63,19 @@ async def list_page(
         return await fetch_page(conn, SELECT, filters, limit, after, alias="d")
 
 
+# A new pending delivery's row in the engine's queue (schema.sql: delivery_queue), from the
+# history row just written or made pending again.
+ENQUEUE = """
+INSERT INTO delivery_queue (delivery_id, created_at, webhook_id, event_id, is_test, due_at,
+                            attempts)
+SELECT id, created_at, webhook_id, event_id, event_type = 'webhook.test', next_attempt_at,
+       attempts
+FROM deliveries
+WHERE id = ANY($1::text[]) AND status = 'pending'
+ON CONFLICT (delivery_id) DO NOTHING
+"""
+
+
 async def create_test(db: Database, workspace_id: str, webhook_id: str, now: datetime) -> Record:
     """A `webhook.test` event and its one delivery, whatever the webhook hears (even disabled)."""
     async with db.transaction() as conn:
@@ -91,10 +104,18 @@ async def create_test(db: Database, workspace_id: str, webhook_id: str, now: dat
             TEST_EVENT,
             now,
         )
-        await conn.execute(NOTIFY)
-        return await fetch_one(
+        await conn.execute(ENQUEUE, [delivery_id])
+        row = await fetch_one(
             conn, f"{SELECT} WHERE d.id = $1 AND d.created_at = $2", delivery_id, now
         )
+    db.wake(DELIVERIES_CHANNEL)
+    return row
+
+
+IN_FLIGHT = (
+    "the delivery is being attempted right now; a second request in parallel would reach the "
+    "receiver twice. Retry it once this attempt is recorded"
+)
 
 
 async def retry(
@@ -103,11 +124,9 @@ async def retry(
     """Make a delivery due now, whatever its status; same id, so the same `webhook-id`."""
     async with db.transaction() as conn:
         hook = await _live_webhook(conn, workspace_id, webhook_id)
-        # The row lock orders this retry against claims (which skip locked rows) and
-        # against other retries (which wait here, then see the row as it now is).
-        found = await conn.fetchrow(
-            "SELECT status, lease_owner, next_attempt_at FROM deliveries "
-            "WHERE workspace_id = $1 AND webhook_id = $2 AND id = $3 FOR UPDATE",
+        found = await conn.fetchval(
+            "SELECT id FROM deliveries WHERE workspace_id = $1 AND webhook_id = $2 AND id = $3 "
+            "FOR UPDATE",
             workspace_id,
             webhook_id,
             delivery_id,
@@ -116,23 +135,29 @@ async def retry(
             raise NotFound("delivery not found")
         if hook["disabled_at"] is not None:
             raise Conflict("the webhook is disabled; enable it (PATCH enabled=true) to retry")
-        if (
-            found["status"] == "pending"
-            and found["lease_owner"] is not None
-            and found["next_attempt_at"] > now
-        ):
-            raise Conflict(
-                "the delivery is being attempted right now; a second request in parallel "
-                "would reach the receiver twice. Retry it once this attempt is recorded"
-            )
+        # The history row's lock (above) orders retries of one delivery; the queue row's lock
+        # orders this retry against claims (which skip locked rows).
+        queued = await conn.fetchrow(
+            "SELECT lease_owner FROM delivery_queue WHERE delivery_id = $1 FOR UPDATE",
+            delivery_id,
+        )
+        if queued is not None and queued["lease_owner"] is not None:
+            raise Conflict(IN_FLIGHT)
         await conn.execute(
-            "UPDATE deliveries SET status = 'pending', next_attempt_at = $2, delivered_at = NULL, "
-            "lease_owner = NULL WHERE id = $1",
+            "UPDATE deliveries SET status = 'pending', next_attempt_at = $2, delivered_at = NULL "
+            "WHERE id = $1",
             delivery_id,
             now,
         )
-        await conn.execute(NOTIFY)
-        return await fetch_one(conn, f"{SELECT} WHERE d.id = $1", delivery_id)
+        if queued is None:
+            await conn.execute(ENQUEUE, [delivery_id])
+        else:
+            await conn.execute(
+                "UPDATE delivery_queue SET due_at = $2 WHERE delivery_id = $1", delivery_id, now
+            )
+        row = await fetch_one(conn, f"{SELECT} WHERE d.id = $1", delivery_id)
+    db.wake(DELIVERIES_CHANNEL)
+    return row
 
 
 async def recover(
@@ -157,15 +182,16 @@ async def recover(
         since = max(since, hook["created_at"])
         if until <= since:
             return 0
-        requeued = await conn.execute(
-            "UPDATE deliveries SET status = 'pending', next_attempt_at = $4, lease_owner = NULL "
-            "WHERE webhook_id = $1 AND status = 'failed' AND created_at >= $2 AND created_at < $3",
+        requeued = await conn.fetch(
+            "UPDATE deliveries SET status = 'pending', next_attempt_at = $4 "
+            "WHERE webhook_id = $1 AND status = 'failed' AND created_at >= $2 AND created_at < $3 "
+            "RETURNING id",
             webhook_id,
             since,
             until,
             now,
         )
-        created = await conn.execute(
+        created = await conn.fetch(
             """
             INSERT INTO deliveries (id, workspace_id, webhook_id, event_id, event_type,
                 created_at, next_attempt_at)
@@ -177,6 +203,7 @@ async def recover(
               AND e.type = ANY (w.events)
               AND (w.number_ids IS NULL OR e.number_id = ANY (w.number_ids))
             ON CONFLICT (webhook_id, event_id, created_at) DO NOTHING
+            RETURNING id
             """,
             webhook_id,
             workspace_id,
@@ -184,7 +211,9 @@ async def recover(
             until,
             now,
         )
-        queued = int(requeued.split()[-1]) + int(created.split()[-1])
+        queued = [r["id"] for r in (*requeued, *created)]
         if queued:
-            await conn.execute(NOTIFY)
-    return queued
+            await conn.execute(ENQUEUE, queued)
+    if queued:
+        db.wake(DELIVERIES_CHANNEL)
+    return len(queued)

@@ -10,6 +10,7 @@ from dispatcher.domain import ids
 from dispatcher.domain.events import envelope
 from dispatcher.errors import IdempotencyKeyReused
 from dispatcher.store.database import Connection, Database, Record
+from dispatcher.store.notifications import DELIVERIES_CHANNEL
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
@@ -26,16 +27,24 @@ async def append_event(
     idempotency_key: str | None = None,
     fingerprint: bytes | None = None,
 ) -> tuple[str, str, int]:
-    """Store an event and fan it out, inside the caller's transaction.
+    """Store an event and fan it out (inside the caller's transaction, if it has one).
 
     Returns (event id, payload, deliveries created).
     """
     event_id = ids.new_id(ids.EVENT)
     payload = envelope(event_id, event_type, created_at, data)
-    await conn.execute(
-        "INSERT INTO events (id, workspace_id, type, number_id, source, payload, "
-        "idempotency_key, request_fingerprint, created_at) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    # One statement: the event and its fan-out (one round trip; atomic on its own, so a
+    # caller without a transaction of its own commits both at once or neither).
+    fanned: int = await conn.fetchval(
+        """
+        WITH event AS (
+            INSERT INTO events (id, workspace_id, type, number_id, source, payload,
+                                idempotency_key, request_fingerprint, created_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+            RETURNING id
+        )
+        SELECT dispatcher_fan_out(event.id, $9, $2, $3, $4) FROM event
+        """,
         event_id,
         workspace_id,
         event_type,
@@ -45,14 +54,6 @@ async def append_event(
         idempotency_key,
         fingerprint,
         created_at,
-    )
-    fanned: int = await conn.fetchval(
-        "SELECT dispatcher_fan_out($1, $2, $3, $4, $5)",
-        event_id,
-        created_at,
-        workspace_id,
-        event_type,
-        number_id,
     )
     metrics.EVENTS_PUBLISHED.labels(source, event_type).inc()
     metrics.FANNED_OUT.inc(fanned)
@@ -77,6 +78,19 @@ async def publish(
     the key raises IdempotencyKeyReused (and creates nothing). Events stored before
     fingerprints existed (NULL) replay whatever the request, as they did then.
     """
+    if idempotency_key is None:
+        async with db.acquire() as conn:  # one statement, one round trip, one commit
+            _, payload, _ = await append_event(
+                conn,
+                workspace_id=workspace_id,
+                event_type=event_type,
+                number_id=number_id,
+                data=data,
+                source="api",
+                created_at=now,
+            )
+        db.wake(DELIVERIES_CHANNEL)
+        return payload, True
     async with db.transaction() as conn:
         if idempotency_key is not None:
             await conn.execute(
@@ -108,4 +122,5 @@ async def publish(
             idempotency_key=idempotency_key,
             fingerprint=fingerprint,
         )
+    db.wake(DELIVERIES_CHANNEL)
     return payload, True

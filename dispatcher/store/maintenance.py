@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from dispatcher.store.database import Database
 
@@ -80,6 +80,14 @@ async def _drop_day(db: Database, suffix: str) -> bool:
             f"SELECT EXISTS (SELECT 1 FROM {deliveries} WHERE status = 'pending')"
         ):
             return False
+        # Nothing pending means no queue row for that day; one left by a hand edit of the
+        # history would point at nothing once the day is gone.
+        day = _day(suffix)
+        await conn.execute(
+            "DELETE FROM delivery_queue WHERE created_at >= $1 AND created_at < $2",
+            datetime(day.year, day.month, day.day, tzinfo=UTC),
+            datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1),
+        )
         await conn.execute(f"DROP TABLE {deliveries}")
         await conn.execute(f"DROP TABLE IF EXISTS {events}")
     return True

@@ -11,6 +11,7 @@ from dispatcher.domain import ids, resources
 from dispatcher.store import conversations
 from dispatcher.store.database import Connection, Database, Record, fetch_one
 from dispatcher.store.events import append_event
+from dispatcher.store.notifications import CARRIER_CHANNEL, DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 
 COLUMNS = (
@@ -63,7 +64,7 @@ async def create_outgoing(
             now,
             carrier_due_at,
         )
-        await conn.execute("SELECT pg_notify('dispatcher_carrier', '')")
+    db.wake(CARRIER_CHANNEL)
     return row
 
 
@@ -115,6 +116,7 @@ async def create_incoming(
             source="inbound",
             created_at=now,
         )
+    db.wake(DELIVERIES_CHANNEL)
     return row
 
 
@@ -170,6 +172,7 @@ async def create_call(
             source="inbound",
             created_at=now,
         )
+    db.wake(DELIVERIES_CHANNEL)
     return row
 
 

@@ -17,7 +17,8 @@ from dispatcher.store.database import DRIVER_ERRORS, connect
 
 log = structlog.get_logger("dispatcher.store")
 
-DELIVERIES_CHANNEL = "dispatcher_deliveries"
+DELIVERIES_CHANNEL = "dispatcher_deliveries"  # new deliveries: wakes the engines
+CARRIER_CHANNEL = "dispatcher_carrier"  # new outgoing messages: wakes the carrier
 WATCH_ERRORS: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, TimeoutError)
 
 

@@ -1,9 +1,13 @@
-"""The engine's statements: claim due deliveries, record attempts in batches, release leases.
+"""The engine's statements: claim due deliveries, record attempts in batches, release leases,
+and the heartbeat that hands a dead engine's leases back.
 
-The lease is `next_attempt_at` itself: a claim moves it to the lease's expiry, so a claimed row
-leaves the due set, and returns to it by itself if its process dies before recording. A
-result is recorded only by the claim that holds the row (`lease_owner` and `attempts` match),
-so a late result from a process whose lease ran out can never overwrite a newer one.
+The engine works on `delivery_queue` (schema.sql): one narrow row per pending delivery. A
+claim sets `lease_owner` and moves `due_at` to 'infinity', so a claimed row leaves the due
+walk. A lease holds while its engine beats (`dispatcher_engines`); when an engine stops
+beating, any live engine hands its rows back, due at once. A result is recorded only by the
+claim that holds the row (`lease_owner` and `attempts` match), so a late result from an engine
+whose leases were handed back can never overwrite a newer one. The history (`deliveries`) is
+written once per attempt, by the recorder, in the same statement.
 """
 
 from __future__ import annotations
@@ -15,91 +19,133 @@ from datetime import datetime, timedelta
 from dispatcher.store import webhooks
 from dispatcher.store.database import Connection, Database
 
+# The engine's statements read a handful of rows through indexes, whatever the table sizes.
+# Their plans must not depend on statistics: a database nobody has analyzed (a fresh one with
+# a burst of work; autovacuum never analyzes a partitioned parent) would otherwise get plans
+# that read and sort the whole backlog. Within their transaction, the planner is left only
+# index scans (a bitmap scan loses the index order; a sequential scan reads everything).
+INDEX_WALKS_ONLY = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"
+
 CLAIM = """
-WITH due AS (
-    -- Due rows in due order, through the partial index deliveries_due; rows another engine
-    -- is claiming right now are skipped, not waited for. Endpoints this engine already
-    -- saturates are left out so their backlog cannot crowd out healthy endpoints.
-    SELECT d.id, d.webhook_id, d.event_type, d.next_attempt_at
-    FROM deliveries d
-    WHERE d.status = 'pending'
-      AND d.next_attempt_at <= $1
-      AND d.webhook_id <> ALL ($4::text[])
-    ORDER BY d.next_attempt_at
+WITH saturated AS (
+    -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
+    -- flight). They are left out of the walk below, so that a slow or hanging endpoint's
+    -- backlog never fills a claim.
+    SELECT l.webhook_id
+    FROM delivery_queue l
+    JOIN webhooks w ON w.id = l.webhook_id
+    WHERE l.lease_owner IS NOT NULL
+    GROUP BY l.webhook_id, w.max_concurrency
+    HAVING count(*) >= coalesce(w.max_concurrency, $4)
+), due AS (
+    -- Due rows in due order, walking delivery_queue_due (the plan does not depend on
+    -- statistics: ORDER BY the index's key with a LIMIT). Rows another engine is claiming
+    -- right now are skipped, not waited for.
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test
+    FROM delivery_queue q
+    WHERE q.due_at <= $1
+      AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
+    ORDER BY q.due_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 ), busy AS (
-    -- Requests in flight now per endpoint, across every engine (unexpired leases).
+    -- Requests in flight now for the endpoints just walked.
     SELECT l.webhook_id, count(*) AS n
-    FROM deliveries l
-    WHERE l.status = 'pending' AND l.lease_owner IS NOT NULL AND l.next_attempt_at > $1
-      AND l.webhook_id IN (SELECT webhook_id FROM due)
+    FROM delivery_queue l
+    WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
     GROUP BY l.webhook_id
 ), ranked AS (
-    -- Per endpoint, only as many rows as it has free slots. Rows whose webhook was disabled
-    -- or deleted get `stopped` (why they are given up): they come up here only when a lease
-    -- taken before the disable ran out unrecorded (its engine died), since disabling settles
-    -- every row not in flight at once.
-    SELECT due.id, due.next_attempt_at AS due_at,
+    -- Per endpoint, only as many rows as it has free slots. A row whose webhook was disabled
+    -- or deleted gets `stopped` (why it is given up): such rows come up only when a lease
+    -- taken before the disable was handed back unrecorded (its engine died), since disabling
+    -- settles every row not in flight at once.
+    SELECT due.delivery_id, due.due_at,
            row_number() OVER (PARTITION BY due.webhook_id
-                              ORDER BY due.next_attempt_at, due.id) AS rank,
-           coalesce(w.max_concurrency, $5) - coalesce(busy.n, 0) AS free,
+                              ORDER BY due.due_at, due.delivery_id) AS rank,
+           coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
            CASE WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
-                WHEN w.disabled_at IS NOT NULL AND due.event_type <> 'webhook.test'
-                    THEN 'webhook disabled'
+                WHEN w.disabled_at IS NOT NULL AND NOT due.is_test THEN 'webhook disabled'
            END AS stopped
     FROM due
     JOIN webhooks w ON w.id = due.webhook_id
     LEFT JOIN busy ON busy.webhook_id = due.webhook_id
+), given_up AS (
+    DELETE FROM delivery_queue q
+    USING ranked
+    WHERE q.delivery_id = ranked.delivery_id AND ranked.stopped IS NOT NULL
+    RETURNING q.delivery_id, q.created_at, ranked.stopped
+), settled AS (
+    UPDATE deliveries d
+    SET status = 'failed', last_error = g.stopped, next_attempt_at = NULL
+    FROM given_up g
+    WHERE d.id = g.delivery_id AND d.created_at = g.created_at
 )
-UPDATE deliveries d
-SET lease_owner = CASE WHEN ranked.stopped IS NULL THEN $2::text END,
-    next_attempt_at = CASE WHEN ranked.stopped IS NULL THEN $6::timestamptz END,
-    status = CASE WHEN ranked.stopped IS NULL THEN 'pending' ELSE 'failed' END,
-    last_error = coalesce(ranked.stopped, d.last_error)
+UPDATE delivery_queue q
+SET lease_owner = $2, due_at = 'infinity'
 FROM ranked, webhooks w, events e
-WHERE d.id = ranked.id
-  AND (ranked.stopped IS NOT NULL OR ranked.rank <= ranked.free)
-  AND w.id = d.webhook_id
-  AND e.id = d.event_id
-  AND e.created_at = d.created_at
-RETURNING d.id, d.webhook_id, d.workspace_id, d.attempts, d.event_type, ranked.due_at,
+WHERE q.delivery_id = ranked.delivery_id
+  AND ranked.stopped IS NULL
+  AND ranked.rank <= ranked.free
+  AND w.id = q.webhook_id
+  AND e.id = q.event_id
+  AND e.created_at = q.created_at
+RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
           e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
-          w.previous_secret_expires_at, coalesce(w.max_concurrency, $5) AS max_concurrency,
-          ranked.stopped IS NULL AS leased
+          w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency
 """
 
 RECORD = """
--- An attempt that was made is always counted and its outcome written. A retry it would have
--- scheduled is given up instead when the webhook was disabled (test deliveries excepted, as
--- in the claim) or deleted while the attempt was in flight.
+WITH r AS (
+    SELECT *
+    FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::timestamptz[],
+                $7::timestamptz[], $8::int[])
+         AS r(id, status, response_status, response_ms, last_error, delivered_at,
+              next_attempt_at, attempts_before)
+), held AS (
+    -- Only results of attempts this engine still holds: a late one (its lease was handed
+    -- back, the row claimed again or settled) is dropped.
+    SELECT q.delivery_id, q.created_at, r.*,
+           CASE WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+                WHEN w.disabled_at IS NOT NULL AND NOT q.is_test THEN 'webhook disabled'
+           END AS stop
+    FROM r
+    JOIN delivery_queue q ON q.delivery_id = r.id
+    JOIN webhooks w ON w.id = q.webhook_id
+    WHERE q.lease_owner = $9 AND q.attempts = r.attempts_before
+    FOR UPDATE OF q
+), final AS (
+    -- An attempt that was made is always counted and its outcome written. A retry it would
+    -- have scheduled is given up instead when the webhook was disabled (test deliveries
+    -- excepted, as in the claim) or deleted while the attempt was in flight.
+    SELECT delivery_id, created_at, response_status, response_ms, delivered_at,
+           attempts_before + 1 AS attempts,
+           CASE WHEN status = 'pending' AND stop IS NOT NULL THEN 'failed'
+                ELSE status END AS status,
+           CASE WHEN status = 'pending' AND stop IS NOT NULL
+                THEN last_error || ' (' || stop || ')' ELSE last_error END AS last_error,
+           CASE WHEN status = 'pending' AND stop IS NOT NULL THEN NULL
+                ELSE next_attempt_at END AS next_attempt_at
+    FROM held
+), settled AS (
+    DELETE FROM delivery_queue q
+    USING final f
+    WHERE q.delivery_id = f.delivery_id AND f.status <> 'pending'
+), again AS (
+    UPDATE delivery_queue q
+    SET due_at = f.next_attempt_at, attempts = f.attempts, lease_owner = NULL
+    FROM final f
+    WHERE q.delivery_id = f.delivery_id AND f.status = 'pending'
+)
 UPDATE deliveries d
-SET attempts = d.attempts + 1,
-    status = CASE WHEN r.status = 'pending' AND stop.reason IS NOT NULL THEN 'failed'
-                  ELSE r.status END,
-    response_status = r.response_status,
-    response_ms = r.response_ms,
-    last_error = CASE WHEN r.status = 'pending' AND stop.reason IS NOT NULL
-                      THEN r.last_error || ' (' || stop.reason || ')'
-                      ELSE r.last_error END,
-    delivered_at = r.delivered_at,
-    next_attempt_at = CASE WHEN r.status = 'pending' AND stop.reason IS NOT NULL THEN NULL
-                           ELSE r.next_attempt_at END,
-    lease_owner = NULL
-FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::timestamptz[],
-            $7::timestamptz[], $8::int[], $10::bool[])
-     AS r(id, status, response_status, response_ms, last_error, delivered_at,
-          next_attempt_at, attempts_before, is_test),
-     webhooks w,
-     LATERAL (SELECT CASE WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
-                          WHEN w.disabled_at IS NOT NULL AND NOT r.is_test
-                              THEN 'webhook disabled'
-                     END AS reason) stop
-WHERE d.id = r.id
-  AND w.id = d.webhook_id
-  AND d.lease_owner = $9
-  AND d.status = 'pending'
-  AND d.attempts = r.attempts_before
+SET attempts = f.attempts,
+    status = f.status,
+    response_status = f.response_status,
+    response_ms = f.response_ms,
+    last_error = f.last_error,
+    delivered_at = f.delivered_at,
+    next_attempt_at = f.next_attempt_at
+FROM final f
+WHERE d.id = f.delivery_id AND d.created_at = f.created_at
 RETURNING d.id, d.status
 """
 
@@ -121,9 +167,8 @@ class Claimed:
 
     id: str
     webhook_id: str
-    workspace_id: str
     attempts: int
-    event_type: str
+    is_test: bool  # a `webhook.test` delivery (still tried while its webhook is disabled)
     due_at: datetime
     payload: bytes
     event_created_at: datetime
@@ -139,7 +184,6 @@ class Result:
     id: str
     webhook_id: str
     attempts_before: int
-    is_test: bool  # a `webhook.test` delivery (still tried while its webhook is disabled)
     status: str  # pending | delivered | failed
     response_status: int | None
     response_ms: int
@@ -153,34 +197,25 @@ class Result:
 
 
 async def claim(
-    db: Database,
-    *,
-    owner: str,
-    now: datetime,
-    limit: int,
-    skip_webhooks: Sequence[str],
-    default_concurrency: int,
-    lease: timedelta,
+    db: Database, *, owner: str, now: datetime, limit: int, default_concurrency: int
 ) -> list[Claimed]:
-    async with db.acquire() as conn:
-        rows = await conn.fetch(
-            CLAIM, now, owner, limit, list(skip_webhooks), default_concurrency, now + lease
-        )
+    """Lease up to `limit` due deliveries, at most each endpoint's free slots (counted across
+    every engine), due order first."""
+    async with db.transaction() as conn:
+        await conn.execute(INDEX_WALKS_ONLY)
+        rows = await conn.fetch(CLAIM, now, owner, limit, default_concurrency)
     claimed = []
     for row in rows:
-        if not row["leased"]:
-            continue  # given up in the claim: its webhook was disabled or deleted
         secrets = [row["secret"]]
         expires = row["previous_secret_expires_at"]
         if row["previous_secret"] and expires is not None and expires > now:
             secrets.append(row["previous_secret"])
         claimed.append(
             Claimed(
-                id=row["id"],
+                id=row["delivery_id"],
                 webhook_id=row["webhook_id"],
-                workspace_id=row["workspace_id"],
                 attempts=row["attempts"],
-                event_type=row["event_type"],
+                is_test=row["is_test"],
                 due_at=row["due_at"],
                 payload=row["payload"].encode(),
                 event_created_at=row["event_created_at"],
@@ -206,6 +241,7 @@ async def record(
     if not results:
         return Recorded({}, {})
     async with db.transaction() as conn:
+        await conn.execute(INDEX_WALKS_ONLY)
         rows = await conn.fetch(
             RECORD,
             [r.id for r in results],
@@ -217,7 +253,6 @@ async def record(
             [r.next_attempt_at for r in results],
             [r.attempts_before for r in results],
             owner,
-            [r.is_test for r in results],
         )
         statuses: dict[str, str] = {row["id"]: row["status"] for row in rows}
         applied = [r for r in results if r.id in statuses]
@@ -258,14 +293,64 @@ async def _update_failure_clocks(conn: Connection, applied: Sequence[Result]) ->
 
 
 async def release(db: Database, *, owner: str, delivery_ids: Sequence[str], now: datetime) -> int:
-    """Hand back leases of deliveries this engine will not attempt (shutdown)."""
+    """Hand back leases of deliveries this engine will not attempt (shutdown): due at once."""
     if not delivery_ids:
         return 0
     async with db.acquire() as conn:
         result: str = await conn.execute(
-            "UPDATE deliveries SET lease_owner = NULL, next_attempt_at = $3 "
-            "WHERE id = ANY($1::text[]) AND lease_owner = $2 AND status = 'pending'",
+            "UPDATE delivery_queue SET lease_owner = NULL, due_at = $3 "
+            "WHERE delivery_id = ANY($1::text[]) AND lease_owner = $2",
             list(delivery_ids),
+            owner,
+            now,
+        )
+    return int(result.split()[-1])
+
+
+BEAT = """
+INSERT INTO dispatcher_engines (owner) VALUES ($1)
+ON CONFLICT (owner) DO UPDATE SET beat_at = now()
+RETURNING (xmax = 0) AS registered
+"""
+
+TAKE_OVER = """
+WITH dead AS (
+    -- Engines silent for longer than the timeout (database time: one clock for every replica).
+    DELETE FROM dispatcher_engines
+    WHERE beat_at < now() - make_interval(secs => $1)
+)
+-- Their leases, and any lease whose owner is not a live engine, go back: due at once.
+UPDATE delivery_queue q
+SET lease_owner = NULL, due_at = $2
+WHERE q.lease_owner IS NOT NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM dispatcher_engines e
+      WHERE e.owner = q.lease_owner AND e.beat_at >= now() - make_interval(secs => $1)
+  )
+"""
+
+
+@dataclass(frozen=True)
+class Beat:
+    registered: bool  # this engine was not (or no longer) known as alive before this beat
+    taken_over: int  # leases of dead engines handed back by this beat
+
+
+async def beat(db: Database, *, owner: str, dead_after: float, now: datetime) -> Beat:
+    """Say this engine is alive, and hand back the leases of engines that are not."""
+    async with db.acquire() as conn:
+        registered = bool(await conn.fetchval(BEAT, owner))
+        result: str = await conn.execute(TAKE_OVER, dead_after, now)
+    return Beat(registered, int(result.split()[-1]))
+
+
+async def leave(db: Database, *, owner: str, now: datetime) -> int:
+    """At the end of a clean stop: forget this engine and hand back whatever it still holds
+    (results that could not be written): due at once, sent again with the same id."""
+    async with db.transaction() as conn:
+        await conn.execute("DELETE FROM dispatcher_engines WHERE owner = $1", owner)
+        result: str = await conn.execute(
+            "UPDATE delivery_queue SET lease_owner = NULL, due_at = $2 WHERE lease_owner = $1",
             owner,
             now,
         )
@@ -280,13 +365,25 @@ async def due_summary(db: Database, now: datetime) -> tuple[int, float]:
     async with db.acquire() as conn:
         # Counted through the due index, capped so that a huge backlog stays cheap to gauge.
         row = await conn.fetchrow(
-            "SELECT count(*) AS n, min(next_attempt_at) AS oldest FROM ("
-            "  SELECT next_attempt_at FROM deliveries"
-            "  WHERE status = 'pending' AND next_attempt_at <= $1"
-            "  ORDER BY next_attempt_at LIMIT $2) due",
+            "SELECT count(*) AS n, min(due_at) AS oldest FROM ("
+            "  SELECT due_at FROM delivery_queue WHERE due_at <= $1"
+            "  ORDER BY due_at LIMIT $2) due",
             now,
             DUE_COUNT_CAP,
         )
     assert row is not None
     oldest = row["oldest"]
     return int(row["n"]), 0.0 if oldest is None else max((now - oldest).total_seconds(), 0.0)
+
+
+async def any_due(db: Database, now: datetime) -> bool:
+    """A cheap probe (one index entry): is anything due? An idle engine asks it often, so
+    that a delivery made due by any door, even the SQL outbox, starts within milliseconds."""
+    async with db.acquire() as conn:
+        return bool(
+            await conn.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM delivery_queue WHERE due_at <= $1 "
+                "AND lease_owner IS NULL)",
+                now,
+            )
+        )

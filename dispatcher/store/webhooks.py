@@ -83,24 +83,29 @@ async def list_page(db: Database, workspace_id: str, *, limit: int, after: Posit
         return await fetch_page(conn, f"SELECT {COLUMNS} FROM webhooks", filters, limit, after)
 
 
-async def give_up_pending(
-    conn: Connection, webhook_ids: Sequence[str], reason: str, now: datetime
-) -> int:
+async def give_up_pending(conn: Connection, webhook_ids: Sequence[str], reason: str) -> int:
     """Settle as failed the pending deliveries of these webhooks that are not in flight
     (disable, delete).
 
-    A delivery in flight (a live lease) is left to its attempt: the receiver may be answering
-    right now, and the record must say what it answered. The recorder writes that attempt and
-    gives up the retry it would have scheduled; a lease that runs out unrecorded is given up
-    by the next claim that comes across it.
+    A delivery in flight (leased) is left to its attempt: the receiver may be answering right
+    now, and the record must say what it answered. The recorder writes that attempt and gives
+    up the retry it would have scheduled; a lease handed back unrecorded (its engine died) is
+    given up by the next claim that comes across it.
     """
     result: str = await conn.execute(
-        "UPDATE deliveries SET status = 'failed', last_error = $2, next_attempt_at = NULL, "
-        "lease_owner = NULL WHERE webhook_id = ANY($1::text[]) AND status = 'pending' "
-        "AND (lease_owner IS NULL OR next_attempt_at <= $3)",
+        """
+        WITH gone AS (
+            DELETE FROM delivery_queue
+            WHERE webhook_id = ANY($1::text[]) AND lease_owner IS NULL
+            RETURNING delivery_id, created_at
+        )
+        UPDATE deliveries d
+        SET status = 'failed', last_error = $2, next_attempt_at = NULL
+        FROM gone
+        WHERE d.id = gone.delivery_id AND d.created_at = gone.created_at
+        """,
         list(webhook_ids),
         reason,
-        now,
     )
     return int(result.split()[-1])
 
@@ -118,7 +123,7 @@ async def disable(
     )
     disabled = [r["id"] for r in rows]
     if disabled:
-        await give_up_pending(conn, disabled, DISABLED_ERROR, now)
+        await give_up_pending(conn, disabled, DISABLED_ERROR)
     return disabled
 
 
@@ -169,7 +174,7 @@ async def delete(db: Database, workspace_id: str, webhook_id: str, now: datetime
         )
         if deleted is None:
             return False
-        await give_up_pending(conn, [webhook_id], DELETED_ERROR, now)
+        await give_up_pending(conn, [webhook_id], DELETED_ERROR)
     return True
 
 

@@ -10,7 +10,6 @@ import pytest
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 
-from dispatcher.store import schema
 from dispatcher.store.database import Database
 from tests.conftest import Workspace
 
@@ -152,17 +151,3 @@ async def test_a_repeated_key_header_is_refused(
         error = await resp.json()
         assert [e["path"] for e in error["errors"]] == ["header.Idempotency-Key"]
     assert await counts(db) == (0, 0)
-
-
-async def test_a_version_one_database_migrates_by_applying_the_file(db: Database) -> None:
-    async with db.acquire() as conn:
-        await conn.execute("ALTER TABLE events DROP COLUMN request_fingerprint")
-        await conn.execute("TRUNCATE dispatcher_schema")
-        await conn.execute("INSERT INTO dispatcher_schema (version) VALUES (1)")
-    assert await schema.apply_schema(db) == schema.SCHEMA_VERSION == 2
-    async with db.acquire() as conn:
-        column = await conn.fetchval(
-            "SELECT data_type FROM information_schema.columns "
-            "WHERE table_name = 'events' AND column_name = 'request_fingerprint'"
-        )
-    assert column == "bytea"

@@ -89,8 +89,11 @@ async def test_a_committed_write_answers_its_success_when_the_release_fails(
     forwarder: Forwarder, api: TestClient[Any, Any], ws: Workspace, db: Database
 ) -> None:
     forwarder.cut_after_commit = True
+    # With a key, publishing is an explicit transaction (a COMMIT the forwarder can see).
     resp = await api.post(
-        "/v1/events", json={"type": "contact.updated", "data": {"id": "CT1"}}, headers=ws.headers
+        "/v1/events",
+        json={"type": "contact.updated", "data": {"id": "CT1"}},
+        headers={**ws.headers, "Idempotency-Key": "release-fails"},
     )
     # The connection really was lost between the COMMIT and the pool's reset of it ...
     assert forwarder.cuts_after_commit == 1

@@ -18,7 +18,7 @@ from tests.e2e.test_process import start
 from tests.engine.test_concurrency import bulk_publish
 from tests.receiver import Receiver
 
-FAST_LEASE = {"DISPATCHER_REQUEST_TIMEOUT": "1", "DISPATCHER_LEASE_MARGIN": "1",
+FAST_LEASE = {"DISPATCHER_REQUEST_TIMEOUT": "1", "DISPATCHER_HEARTBEAT_TIMEOUT": "1",
               "DISPATCHER_LOG_LEVEL": "warning", "DISPATCHER_POLL_INTERVAL": "0.1"}  # fmt: skip
 
 
@@ -44,7 +44,7 @@ async def delivered_count(db: Database) -> int:
 async def leased_ids(db: Database) -> set[str]:
     async with db.acquire() as conn:
         rows = await conn.fetch(
-            "SELECT id FROM deliveries WHERE status = 'pending' AND lease_owner IS NOT NULL"
+            "SELECT delivery_id AS id FROM delivery_queue WHERE lease_owner IS NOT NULL"
         )
     return {r["id"] for r in rows}
 

@@ -1,0 +1,86 @@
+-- Schema 3: the engine's narrow queue, engine heartbeats, and a fan-out without NOTIFY.
+--
+-- Pending deliveries move from the history table (deliveries) to delivery_queue; the
+-- history keeps what the API reads. Stop every engine of the previous version first
+-- (docs/operations.md): they lease rows through deliveries.lease_owner, which goes away.
+
+-- First: no publisher may add a delivery between the backfill below and the new fan-out
+-- (a delivery written by the old fan-out after the backfill read the table would have no
+-- queue row and never be sent). Held to the end of this migration (well under a second per
+-- 100,000 pending deliveries); readers are not blocked.
+LOCK TABLE events, deliveries IN SHARE ROW EXCLUSIVE MODE;
+
+CREATE TABLE delivery_queue (
+    delivery_id  text PRIMARY KEY,
+    -- The history row's partition key: (delivery_id, created_at) is its primary key.
+    created_at   timestamptz NOT NULL,
+    webhook_id   text NOT NULL,
+    event_id     text NOT NULL,
+    is_test      boolean NOT NULL DEFAULT false,
+    due_at       timestamptz NOT NULL,
+    attempts     integer NOT NULL DEFAULT 0,
+    lease_owner  text
+) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.01,
+        autovacuum_analyze_scale_factor = 0.01);
+-- The claim walks this in due order (claimed rows sit at 'infinity', past every due one).
+CREATE INDEX delivery_queue_due ON delivery_queue (due_at);
+-- Requests in flight per endpoint, across every engine (at most the concurrency limits).
+CREATE INDEX delivery_queue_leased ON delivery_queue (webhook_id, lease_owner)
+    WHERE lease_owner IS NOT NULL;
+-- Pending work of one endpoint (disable, delete).
+CREATE INDEX delivery_queue_webhook ON delivery_queue (webhook_id);
+
+-- Live engines. Each beats every second (database time); an engine silent for
+-- DISPATCHER_HEARTBEAT_TIMEOUT seconds is dead: the next beat of any live engine removes it
+-- and hands its leased rows back, due at once, so its slots free within seconds.
+CREATE TABLE dispatcher_engines (
+    owner       text PRIMARY KEY,
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    beat_at     timestamptz NOT NULL DEFAULT now()
+);
+
+-- Every pending delivery moves in. A row leased by an engine of the previous version comes in
+-- unleased, due when that lease would have run out (its next_attempt_at), so it is not sent a
+-- second time while that engine may still be sending it.
+INSERT INTO delivery_queue (delivery_id, created_at, webhook_id, event_id, is_test, due_at,
+                            attempts)
+SELECT id, created_at, webhook_id, event_id, event_type = 'webhook.test',
+       coalesce(next_attempt_at, now()), attempts
+FROM deliveries
+WHERE status = 'pending';
+
+-- The history no longer carries the claim's state.
+DROP INDEX IF EXISTS deliveries_due;
+DROP INDEX IF EXISTS deliveries_leased;
+DROP INDEX IF EXISTS deliveries_pending_by_webhook;
+ALTER TABLE deliveries DROP COLUMN IF EXISTS lease_owner;
+
+CREATE OR REPLACE FUNCTION dispatcher_fan_out(
+    p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text, p_number_id text
+) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    fanned integer;
+BEGIN
+    -- The event's fields come as arguments: no join back to the row just inserted.
+    WITH made AS (
+        INSERT INTO deliveries
+            (id, workspace_id, webhook_id, event_id, event_type, created_at, next_attempt_at)
+        SELECT dispatcher_new_id('WD'), p_workspace_id, w.id, p_event_id, p_type, p_created_at,
+               p_created_at
+        FROM webhooks w
+        WHERE w.workspace_id = p_workspace_id
+          AND w.deleted_at IS NULL
+          AND w.disabled_at IS NULL
+          AND p_type = ANY (w.events)
+          AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
+        ON CONFLICT (webhook_id, event_id, created_at) DO NOTHING
+        RETURNING id, created_at, webhook_id, event_id, next_attempt_at
+    )
+    INSERT INTO delivery_queue (delivery_id, created_at, webhook_id, event_id, due_at)
+    SELECT id, created_at, webhook_id, event_id, next_attempt_at FROM made;
+    GET DIAGNOSTICS fanned = ROW_COUNT;
+    RETURN fanned;
+END
+$$;
+
