@@ -209,8 +209,8 @@ CREATE INDEX IF NOT EXISTS delivery_queue_due ON delivery_queue (due_at);
 -- Requests in flight per endpoint, across every engine (at most the concurrency limits).
 CREATE INDEX IF NOT EXISTS delivery_queue_leased ON delivery_queue (webhook_id, lease_owner)
     WHERE lease_owner IS NOT NULL;
--- Pending work of one endpoint (disable, delete).
-CREATE INDEX IF NOT EXISTS delivery_queue_webhook ON delivery_queue (webhook_id);
+-- Pending work of one endpoint, in due order (the claim's visits; disable, delete).
+CREATE INDEX IF NOT EXISTS delivery_queue_webhook ON delivery_queue (webhook_id, due_at);
 
 -- Live engines. Each beats every second (database time); an engine silent for
 -- DISPATCHER_HEARTBEAT_TIMEOUT seconds is dead: the next beat of any live engine removes it

@@ -255,7 +255,8 @@ async def run_api(
 ) -> None:
     """The full API and the loops, from a connected database to the stop signal."""
     settings, clock = services.settings, services.clock
-    engine = Engine(db, settings, clock) if settings.engine else None
+    engine_db = await engine_pool(db) if settings.engine else None
+    engine = Engine(engine_db or db, settings, clock) if settings.engine else None
     app = create_app(services)
     engine_ok = (lambda: engine.running) if engine is not None else (lambda: True)
     if engine is not None:
@@ -285,8 +286,27 @@ async def run_api(
             await site.stop()
         if engine is not None:
             await engine.stop()
+        if engine_db is not None:
+            await engine_db.close()
         await cancel_all(background)
         await runner.cleanup()
+
+
+# Connections of the engine's own pool inside `serve`: claim, recorder, heartbeat and probe.
+ENGINE_POOL_SIZE = 4
+
+
+async def engine_pool(db: Database) -> Database | None:
+    """A small pool of the engine's own inside `serve`, so that its claims and records never
+    queue behind API requests for a connection (under API load that wait was most of the
+    delivery latency); None, and the engine shares the API's pool, if it cannot open now."""
+    engine_db = Database(db.url, min_size=1, max_size=ENGINE_POOL_SIZE)
+    try:
+        await engine_db.connect()
+    except DispatcherError as exc:
+        log.warning("engine.pool_shared", error=str(exc))
+        return None
+    return engine_db
 
 
 def start_housekeeping(

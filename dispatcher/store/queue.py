@@ -12,6 +12,7 @@ written once per attempt, by the recorder, in the same statement.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,10 +24,15 @@ from dispatcher.store.database import Connection, Database
 # Their plans must not depend on statistics: a database nobody has analyzed (a fresh one with
 # a burst of work; autovacuum never analyzes a partitioned parent) would otherwise get plans
 # that read and sort the whole backlog. Within their transaction, the planner is left only
-# index scans (a bitmap scan loses the index order; a sequential scan reads everything).
-INDEX_WALKS_ONLY = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"
+# index scans joined by nested loops: a bitmap scan loses the index order, a sequential scan
+# reads everything, and a hash or merge join reads its whole inner side, where each of these
+# statements only ever needs a few hundred rows found by key.
+INDEX_WALKS_ONLY = (
+    "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "
+    "SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"
+)
 
-CLAIM = """
+_SATURATED = """
 WITH saturated AS (
     -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
     -- flight). They are left out of the walk below, so that a slow or hanging endpoint's
@@ -37,18 +43,61 @@ WITH saturated AS (
     WHERE l.lease_owner IS NOT NULL
     GROUP BY l.webhook_id, w.max_concurrency
     HAVING count(*) >= coalesce(w.max_concurrency, $4)
+"""
+
+# Two ways to find due rows; the rest of the claim (slots, leases, what it returns) is shared.
+_WALK_HEAD = """
 ), due AS (
-    -- Due rows in due order, walking delivery_queue_due (the plan does not depend on
-    -- statistics: ORDER BY the index's key with a LIMIT). Rows another engine is claiming
-    -- right now are skipped, not waited for.
+    -- Due rows in due order, walking delivery_queue_due, within a window of its first $5
+    -- entries: a claim reads about as many entries as it takes, and never more than twice the
+    -- window, however much of the backlog belongs to saturated endpoints. Rows another engine
+    -- is claiming right now are skipped, not waited for.
     SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test
     FROM delivery_queue q
     WHERE q.due_at <= $1
+      -- The window's end: the due time of its last entry (NULL: fewer due rows than that).
+      AND q.due_at <= coalesce(
+          (SELECT w.due_at FROM delivery_queue w WHERE w.due_at <= $1
+           ORDER BY w.due_at OFFSET $5 - 1 LIMIT 1),
+          $1)
       AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
     ORDER BY q.due_at
     LIMIT $3
-    FOR UPDATE SKIP LOCKED
-), busy AS (
+    FOR UPDATE OF q SKIP LOCKED
+"""
+
+_WALK_ENDPOINTS = """
+), visited AS (
+    -- Endpoints beyond the window get their turn: up to $5 live, unsaturated endpoints in id
+    -- order from a random point $6 (ids are random, so every endpoint is visited as often),
+    -- wrapping around. Run when a head walk came back short: a backlog at the head of the
+    -- due index cannot starve the endpoints behind it.
+    SELECT id, max_concurrency FROM (
+        (SELECT w.id, w.max_concurrency FROM webhooks w
+         WHERE w.id >= $6 AND w.deleted_at IS NULL ORDER BY w.id LIMIT $5)
+        UNION ALL
+        (SELECT w.id, w.max_concurrency FROM webhooks w
+         WHERE w.id < $6 AND w.deleted_at IS NULL ORDER BY w.id LIMIT $5)
+    ) ring
+    WHERE id NOT IN (SELECT webhook_id FROM saturated)
+    LIMIT $5
+), due AS (
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test
+    FROM visited v
+    CROSS JOIN LATERAL (
+        SELECT delivery_id FROM delivery_queue
+        WHERE webhook_id = v.id AND due_at <= $1
+        ORDER BY due_at
+        LIMIT coalesce(v.max_concurrency, $4)
+    ) mine
+    JOIN delivery_queue q ON q.delivery_id = mine.delivery_id
+    WHERE q.due_at <= $1
+    ORDER BY q.due_at
+    LIMIT $3
+    FOR UPDATE OF q SKIP LOCKED
+"""
+
+_CLAIM_REST = """), busy AS (
     -- Requests in flight now for the endpoints just walked.
     SELECT l.webhook_id, count(*) AS n
     FROM delivery_queue l
@@ -93,6 +142,10 @@ RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
           e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
           w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency
 """
+
+
+CLAIM = _SATURATED.rstrip() + _WALK_HEAD + _CLAIM_REST
+CLAIM_ENDPOINTS = _SATURATED.rstrip() + _WALK_ENDPOINTS + _CLAIM_REST
 
 RECORD = """
 WITH r AS (
@@ -196,20 +249,41 @@ class Result:
     gave_up: bool  # attempts exhausted: maybe disable it (failing)
 
 
+# How far the head walk may read, per row asked, and how many endpoints a short claim visits.
+HEAD_WINDOW_PER_ROW = 4
+ENDPOINTS_PER_VISIT = 16
+
+
 async def claim(
     db: Database, *, owner: str, now: datetime, limit: int, default_concurrency: int
 ) -> list[Claimed]:
     """Lease up to `limit` due deliveries, at most each endpoint's free slots (counted across
-    every engine), due order first."""
+    every engine): the head of the due order first; when that comes back short (its window
+    was full of saturated endpoints' rows, or there is little due), a visit to a few endpoints
+    from a random point, so that every endpoint with due work gets its turn."""
+    window = max(limit * HEAD_WINDOW_PER_ROW, 1000)
     async with db.transaction() as conn:
         await conn.execute(INDEX_WALKS_ONLY)
-        rows = await conn.fetch(CLAIM, now, owner, limit, default_concurrency)
+        rows = list(await conn.fetch(CLAIM, now, owner, limit, default_concurrency, window))
+    if len(rows) < limit:
+        start = "WH" + secrets.token_hex(16)
+        async with db.transaction() as conn:
+            await conn.execute(INDEX_WALKS_ONLY)
+            rows += await conn.fetch(
+                CLAIM_ENDPOINTS,
+                now,
+                owner,
+                limit - len(rows),
+                default_concurrency,
+                ENDPOINTS_PER_VISIT,
+                start,
+            )
     claimed = []
     for row in rows:
-        secrets = [row["secret"]]
+        secrets_ = [row["secret"]]
         expires = row["previous_secret_expires_at"]
         if row["previous_secret"] and expires is not None and expires > now:
-            secrets.append(row["previous_secret"])
+            secrets_.append(row["previous_secret"])
         claimed.append(
             Claimed(
                 id=row["delivery_id"],
@@ -220,7 +294,7 @@ async def claim(
                 payload=row["payload"].encode(),
                 event_created_at=row["event_created_at"],
                 url=row["url"],
-                secrets=tuple(secrets),
+                secrets=tuple(secrets_),
                 max_concurrency=row["max_concurrency"],
             )
         )

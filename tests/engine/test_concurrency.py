@@ -182,3 +182,21 @@ async def test_outbox_work_starts_without_a_notify(
     await engine.start()
     await bulk_publish(db, ws, 1)
     await wait_for(lambda: len(receiver.requests) == 1, within=5.0, message="found by the probe")
+
+
+async def test_a_backlog_at_the_head_does_not_starve_the_endpoints_behind_it(
+    client: TestClient[Any, Any], ws: Workspace, receiver: Receiver, make_engine: EngineFactory,
+    db: Database,
+) -> None:  # fmt: skip
+    """A hanging endpoint's backlog fills the first rows of the due order, beyond a claim's
+    window; the endpoint published to afterwards still gets its deliveries at once."""
+    receiver.behaviours["/stuck"] = receiver.hang
+    await subscribe(client, ws, receiver.url("/stuck"), maxConcurrency=1)
+    await bulk_publish(db, ws, 1_500)  # more than the window of a 50-row claim (1,000)
+    healthy = await subscribe(client, ws, receiver.url("/fine"))
+    for i in range(5):
+        await publish(client, ws, f"late-{i}")
+    await make_engine(claim_batch_size=50)
+    await wait_for(lambda: len(receiver.at("/fine")) == 5, within=10, message="healthy flows")
+    assert receiver.peak.get("/stuck", 0) == 1
+    assert healthy["id"]
