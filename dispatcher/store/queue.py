@@ -24,13 +24,8 @@ from dispatcher.store.database import Connection, Database
 # Their plans must not depend on statistics: a database nobody has analyzed (a fresh one with
 # a burst of work; autovacuum never analyzes a partitioned parent) would otherwise get plans
 # that read and sort the whole backlog. Within their transaction, the planner is left only
-# index scans joined by nested loops: a bitmap scan loses the index order, a sequential scan
-# reads everything, and a hash or merge join reads its whole inner side, where each of these
-# statements only ever needs a few hundred rows found by key.
-INDEX_WALKS_ONLY = (
-    "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "
-    "SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"
-)
+# index scans (a bitmap scan loses the index order; a sequential scan reads everything).
+INDEX_WALKS_ONLY = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"
 
 _SATURATED = """
 WITH saturated AS (
@@ -48,10 +43,23 @@ WITH saturated AS (
 # Two ways to find due rows; the rest of the claim (slots, leases, what it returns) is shared.
 _WALK_HEAD = """
 ), due AS (
-    -- Due rows in due order, walking delivery_queue_due, within a window of its first $5
-    -- entries: a claim reads about as many entries as it takes, and never more than twice the
-    -- window, however much of the backlog belongs to saturated endpoints. Rows another engine
+    -- Due rows in due order, walking delivery_queue_due lazily: a claim reads about as many
+    -- entries as it takes (plus those of saturated endpoints it passes). Rows another engine
     -- is claiming right now are skipped, not waited for.
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test
+    FROM delivery_queue q
+    WHERE q.due_at <= $1
+      AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
+    ORDER BY q.due_at
+    LIMIT $3
+    FOR UPDATE OF q SKIP LOCKED
+"""
+
+_WALK_WINDOW = """
+), due AS (
+    -- The same walk, within a window of the due index's first $5 entries: when much of the
+    -- head of the backlog belongs to saturated endpoints, a claim still reads at most about
+    -- twice the window, not the whole backlog.
     SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test
     FROM delivery_queue q
     WHERE q.due_at <= $1
@@ -145,6 +153,7 @@ RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
 
 
 CLAIM = _SATURATED.rstrip() + _WALK_HEAD + _CLAIM_REST
+CLAIM_WINDOW = _SATURATED.rstrip() + _WALK_WINDOW + _CLAIM_REST
 CLAIM_ENDPOINTS = _SATURATED.rstrip() + _WALK_ENDPOINTS + _CLAIM_REST
 
 RECORD = """
@@ -164,7 +173,9 @@ WITH r AS (
     FROM r
     JOIN delivery_queue q ON q.delivery_id = r.id
     JOIN webhooks w ON w.id = q.webhook_id
-    WHERE q.lease_owner = $9 AND q.attempts = r.attempts_before
+    -- (IS NOT DISTINCT FROM: not an index condition, so the rows are found from the results
+    -- by primary key, never by walking every lease, whatever the statistics say.)
+    WHERE q.lease_owner IS NOT DISTINCT FROM $9 AND q.attempts = r.attempts_before
     FOR UPDATE OF q
 ), final AS (
     -- An attempt that was made is always counted and its outcome written. A retry it would
@@ -255,17 +266,32 @@ ENDPOINTS_PER_VISIT = 16
 
 
 async def claim(
-    db: Database, *, owner: str, now: datetime, limit: int, default_concurrency: int
+    db: Database,
+    *,
+    owner: str,
+    now: datetime,
+    limit: int,
+    default_concurrency: int,
+    bounded: bool = False,
 ) -> list[Claimed]:
     """Lease up to `limit` due deliveries, at most each endpoint's free slots (counted across
-    every engine): the head of the due order first; when that comes back short (its window
-    was full of saturated endpoints' rows, or there is little due), a visit to a few endpoints
-    from a random point, so that every endpoint with due work gets its turn."""
-    window = max(limit * HEAD_WINDOW_PER_ROW, 1000)
+    every engine), due order first.
+
+    `bounded` is for when much of the backlog's head belongs to saturated endpoints (the
+    engine decides, from a claim that found nothing after a long walk): the walk stops at
+    a window, and a claim that comes back short then visits a few endpoints from a random
+    point, so that every endpoint with due work gets its turn.
+    """
     async with db.transaction() as conn:
         await conn.execute(INDEX_WALKS_ONLY)
-        rows = list(await conn.fetch(CLAIM, now, owner, limit, default_concurrency, window))
-    if len(rows) < limit:
+        if bounded:
+            window = max(limit * HEAD_WINDOW_PER_ROW, 1000)
+            rows = list(
+                await conn.fetch(CLAIM_WINDOW, now, owner, limit, default_concurrency, window)
+            )
+        else:
+            rows = list(await conn.fetch(CLAIM, now, owner, limit, default_concurrency))
+    if bounded and len(rows) < limit:
         start = "WH" + secrets.token_hex(16)
         async with db.transaction() as conn:
             await conn.execute(INDEX_WALKS_ONLY)
