@@ -190,7 +190,7 @@ class Engine:
                     else:
                         log.exception("engine.claim_failed")
                 self._db_healthy = False
-                await self._sleep(backoff)
+                await self._woken(backoff)
                 backoff = min(backoff * 2, 10.0)
                 continue
             if not self._db_healthy:
@@ -253,10 +253,6 @@ class Engine:
             if beat.taken_over:
                 log.info("engine.took_over", count=beat.taken_over)
                 self.poke()
-
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
 
     async def claim_once(self) -> tuple[int, int]:
         """Claim what fits in the free capacity and start the attempts; (claimed, asked)."""

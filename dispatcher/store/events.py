@@ -78,20 +78,10 @@ async def publish(
     the key raises IdempotencyKeyReused (and creates nothing). Events stored before
     fingerprints existed (NULL) replay whatever the request, as they did then.
     """
-    if idempotency_key is None:
-        async with db.acquire() as conn:  # one statement, one round trip, one commit
-            _, payload, _ = await append_event(
-                conn,
-                workspace_id=workspace_id,
-                event_type=event_type,
-                number_id=number_id,
-                data=data,
-                source="api",
-                created_at=now,
-            )
-        db.wake(DELIVERIES_CHANNEL)
-        return payload, True
-    async with db.transaction() as conn:
+    # Without a key, publishing is one statement (one round trip, one commit); with one, the
+    # lookup and the insert share a transaction under the key's advisory lock.
+    session = db.acquire() if idempotency_key is None else db.transaction()
+    async with session as conn:
         if idempotency_key is not None:
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext($1 || ':' || $2))",
