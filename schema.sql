@@ -51,6 +51,19 @@ CREATE TABLE IF NOT EXISTS api_keys (
     revoked_at    timestamptz
 );
 
+-- A change to a key (a revocation, a deletion, a workspace's keys cascading away, a TRUNCATE)
+-- notifies `dispatcher_api_keys`: every process that keeps valid keys in memory forgets them at
+-- once (dispatcher/store/key_cache.py). Inserts need no notice: a new key is looked up.
+CREATE OR REPLACE FUNCTION dispatcher_api_keys_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('dispatcher_api_keys', '');
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER api_keys_changed AFTER UPDATE OR DELETE OR TRUNCATE ON api_keys
+    FOR EACH STATEMENT EXECUTE FUNCTION dispatcher_api_keys_changed();
+
 CREATE TABLE IF NOT EXISTS conversations (
     id              text PRIMARY KEY,
     workspace_id    text NOT NULL REFERENCES workspaces (id),
@@ -345,4 +358,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO dispatcher_schema (version) VALUES (3) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (4) ON CONFLICT DO NOTHING;

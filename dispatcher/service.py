@@ -33,6 +33,7 @@ from dispatcher.settings import Settings, redact_url
 from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.embedded import start_embedded, stop_embedded
+from dispatcher.store.key_cache import KeyCache
 
 log = structlog.get_logger("dispatcher")
 
@@ -134,7 +135,7 @@ async def prepare_schema(db: Database) -> int:
 
 async def build_services(db: Database, settings: Settings, clock: Clock) -> Services:
     cursor_key = await workspaces.instance_secret(db, "cursor")
-    return Services(db=db, settings=settings, clock=clock, cursor_key=cursor_key)
+    return Services(db=db, settings=settings, clock=clock, cursor_key=cursor_key, keys=KeyCache())
 
 
 def print_demo(key: str, host: str, port: int) -> None:
@@ -264,6 +265,11 @@ async def run_api(
     carrier = SandboxCarrier(db, clock, settings.sandbox_delay)
     background = [
         asyncio.create_task(carrier.run(), name="carrier"),
+        *(
+            [asyncio.create_task(services.keys.watch(db.url), name="key cache")]
+            if services.keys is not None
+            else []
+        ),
         *start_housekeeping(db, clock, settings, engine_ok),
     ]
     runner = web.AppRunner(app, access_log=None)

@@ -15,6 +15,7 @@ from dispatcher.errors import Forbidden, Unauthorized
 from dispatcher.settings import Settings
 from dispatcher.store import workspaces
 from dispatcher.store.database import Database
+from dispatcher.store.key_cache import KeyCache
 from dispatcher.store.workspaces import ApiKey
 
 SCOPES: frozenset[str] = frozenset(
@@ -37,6 +38,9 @@ class Services:
     settings: Settings
     clock: Clock
     cursor_key: bytes
+    # Valid keys kept in memory while a listener hears of every key change (store/key_cache.py);
+    # None looks every key up.
+    keys: KeyCache | None = None
 
 
 SERVICES = web.AppKey("services", Services)
@@ -55,7 +59,8 @@ async def authenticate(request: web.Request) -> ApiKey:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized()
-    key = await workspaces.find_key(services(request).db, token.strip())
+    svc = services(request)
+    key = await workspaces.find_key(svc.db, token.strip(), svc.keys)
     if key is None:
         raise Unauthorized("the API key is not valid or has been revoked")
     return key

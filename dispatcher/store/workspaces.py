@@ -6,22 +6,17 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import asyncpg
 
 from dispatcher.domain import ids
 from dispatcher.errors import Conflict, NotFound
 from dispatcher.store.database import Connection, Database, Record
+from dispatcher.store.key_cache import ApiKey, KeyCache
+
+__all__ = ["ApiKey"]  # with the functions below; ApiKey's home is key_cache
 
 KEY_PREFIX = "dk_"
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    id: str
-    workspace_id: str
-    scopes: frozenset[str]
 
 
 def hash_key(key: str) -> bytes:
@@ -72,20 +67,30 @@ async def create_key(db: Database, workspace_id: str, scopes: Sequence[str]) -> 
     return key_id, key
 
 
-async def revoke_key(db: Database, key_id: str) -> None:
+async def revoke_key(db: Database, key_id: str, cache: KeyCache | None = None) -> None:
+    """Revoke a key. The trigger on api_keys tells every process to forget the keys it keeps;
+    this process's `cache` forgets them before this returns, whatever the notification does."""
     async with db.acquire() as conn:
         done = await conn.fetchval(
             "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 "
             "RETURNING id",
             key_id,
         )
+    if cache is not None:
+        cache.clear()
     if done is None:
         raise NotFound(f"key {key_id} does not exist")
 
 
-async def find_key(db: Database, key: str) -> ApiKey | None:
-    """The live key with this value, or None. Looked up by hash; compared in constant time."""
+async def find_key(db: Database, key: str, cache: KeyCache | None = None) -> ApiKey | None:
+    """The live key with this value, or None. Looked up by hash; compared in constant time.
+    With a `cache`, a key found valid is kept there until any key changes (key_cache.py)."""
     digest = hash_key(key)
+    if cache is not None:
+        cached = cache.get(digest)
+        if cached is not None:
+            return cached
+        generation = cache.generation
     async with db.acquire() as conn:
         row = await conn.fetchrow(
             "SELECT id, workspace_id, key_hash, scopes FROM api_keys "
@@ -94,7 +99,10 @@ async def find_key(db: Database, key: str) -> ApiKey | None:
         )
     if row is None or not hmac.compare_digest(bytes(row["key_hash"]), digest):
         return None
-    return ApiKey(row["id"], row["workspace_id"], frozenset(row["scopes"]))
+    found = ApiKey(row["id"], row["workspace_id"], frozenset(row["scopes"]))
+    if cache is not None:
+        cache.put(digest, found, generation)
+    return found
 
 
 async def find_number(conn: Connection, workspace_id: str, ref: str) -> Record | None:
