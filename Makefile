@@ -1,4 +1,6 @@
 # Two commands on a fresh machine: `make run` and `make test`. Each sets itself up on first use.
+# `make test`: lint (with the complexity check), format, the import contracts (pyproject's
+# [tool.importlinter]), mypy strict over dispatcher/, tests/ and benchmarks/, then the tests.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,otel]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -18,6 +20,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check dispatcher tests benchmarks
 	$(BIN)/ruff format --check dispatcher tests benchmarks
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 	@if command -v promtool >/dev/null && [ -f deploy/prometheus/alerts_test.yml ]; then \
 	  promtool check rules deploy/prometheus/alerts.yml && \
@@ -28,7 +31,7 @@ test: $(STAMP)
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,otel,bench]'
 	touch $(BENCH_STAMP)
 
 # The load tests (benchmarks/README.md): embedded Postgres unless DATABASE_URL is set.
@@ -36,4 +39,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

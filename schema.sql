@@ -134,6 +134,10 @@ CREATE TABLE IF NOT EXISTS events (
     -- without a key, and on rows from schema 1 (they replay whatever the request, as they did).
     -- (Last: schema 2 added it, and a migrated table must equal a fresh one.)
     request_fingerprint  bytea,
+    -- The W3C traceparent of the span that published the event, when tracing was on
+    -- (dispatcher/tracing.py): each attempt's span links to it. NULL otherwise.
+    -- (Last: schema 8 added it.)
+    trace_context  text,
     PRIMARY KEY (id, created_at)
 ) PARTITION BY RANGE (created_at);
 -- Idempotency keys are unique per workspace within 24 hours; publish() enforces that under an
@@ -196,6 +200,30 @@ CREATE INDEX IF NOT EXISTS deliveries_page
     ON deliveries (webhook_id, created_at DESC, id DESC);
 CREATE TABLE IF NOT EXISTS deliveries_default PARTITION OF deliveries DEFAULT;
 
+-- The attempt log: every attempt of every delivery, written by the recorder in the same
+-- statement as its delivery. `created_at` is when the attempt started; partitioned like
+-- deliveries, by the delivery's created_at, so a day's attempts leave with its deliveries.
+CREATE TABLE IF NOT EXISTS delivery_attempts (
+    id                   text NOT NULL,
+    delivery_id          text NOT NULL,
+    webhook_id           text NOT NULL,
+    delivery_created_at  timestamptz NOT NULL,
+    attempt_number       integer NOT NULL,
+    created_at           timestamptz NOT NULL,
+    response_status      integer,
+    response_ms          integer NOT NULL,
+    outcome              text NOT NULL,
+    error                text,
+    response_body        text,
+    trigger              text NOT NULL,
+    PRIMARY KEY (id, delivery_created_at)
+) PARTITION BY RANGE (delivery_created_at);
+CREATE INDEX IF NOT EXISTS delivery_attempts_delivery
+    ON delivery_attempts (delivery_id, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS delivery_attempts_webhook
+    ON delivery_attempts (webhook_id, created_at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS delivery_attempts_default PARTITION OF delivery_attempts DEFAULT;
+
 -- The engine's work: one row per pending delivery, and nothing else. Narrow (only what a
 -- claim needs), not partitioned, so its plans do not depend on statistics of many partitions,
 -- and it holds the backlog, never the history: its size and its claim cost follow the
@@ -214,7 +242,10 @@ CREATE TABLE IF NOT EXISTS delivery_queue (
     is_test      boolean NOT NULL DEFAULT false,
     due_at       timestamptz NOT NULL,
     attempts     integer NOT NULL DEFAULT 0,
-    lease_owner  text
+    lease_owner  text,
+    -- What made the row due, for its attempt's record: the schedule, a manual retry, a
+    -- recover, a test (`trigger` of the attempt log). Back to 'schedule' after an attempt.
+    trigger      text NOT NULL DEFAULT 'schedule'
 ) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.01,
         autovacuum_analyze_scale_factor = 0.01);
 -- The claim walks this in due order (claimed rows sit at 'infinity', past every due one).
@@ -234,7 +265,100 @@ CREATE TABLE IF NOT EXISTS dispatcher_engines (
     beat_at     timestamptz NOT NULL DEFAULT now()
 );
 
--- Daily partitions [day, day + 1) in UTC for both tables, for every day from p_from to p_to.
+-- Endpoint health (GET /v1/webhooks/{id}/stats; dispatcher/store/stats.py): running totals, so
+-- that a week of a busy endpoint is read from a few hundred rows, not a million attempts.
+--
+-- Per endpoint and minute, and per endpoint and hour: the attempts that started then, by
+-- outcome, with `response_ms`, a histogram of the response times of those answered
+-- (dispatcher/domain/health.py: 103 buckets, one per millisecond below 10 ms, then 10% wide;
+-- NULL: none was answered); and the deliveries created then that an attempt settled, by
+-- status. The recorder adds each batch in its record transaction, one upsert per endpoint
+-- and minute or hour, from what it wrote. An hour also keeps the start of its latest success
+-- and failure (the stats' `lastSuccessAt` and `lastFailureAt`).
+--
+-- Minute rows leave after the longest window, hour rows with retention: the maintenance loop
+-- deletes them through BRIN indexes on their time (rows are written in time order). A btree
+-- there could tempt the planner, for a read of one endpoint, to walk every endpoint's rows.
+CREATE TABLE IF NOT EXISTS webhook_stats_minutes (
+    webhook_id        text NOT NULL,
+    minute            timestamptz NOT NULL,
+    success           integer NOT NULL,
+    http_error        integer NOT NULL,
+    timeout           integer NOT NULL,
+    connection_error  integer NOT NULL,
+    blocked           integer NOT NULL,
+    response_ms       integer[],
+    delivered         integer NOT NULL,
+    failed            integer NOT NULL,
+    PRIMARY KEY (webhook_id, minute)
+) WITH (fillfactor = 70);
+CREATE INDEX IF NOT EXISTS webhook_stats_minutes_age ON webhook_stats_minutes USING brin (minute);
+CREATE TABLE IF NOT EXISTS webhook_stats_hours (
+    webhook_id        text NOT NULL,
+    hour              timestamptz NOT NULL,
+    success           integer NOT NULL,
+    http_error        integer NOT NULL,
+    timeout           integer NOT NULL,
+    connection_error  integer NOT NULL,
+    blocked           integer NOT NULL,
+    response_ms       integer[],
+    delivered         integer NOT NULL,
+    failed            integer NOT NULL,
+    last_success_at   timestamptz,
+    last_failure_at   timestamptz,
+    PRIMARY KEY (webhook_id, hour)
+) WITH (fillfactor = 70);
+CREATE INDEX IF NOT EXISTS webhook_stats_hours_age ON webhook_stats_hours USING brin (hour);
+
+-- Changes of a delivery's status made without an attempt (a give-up on disable or delete, a
+-- retry, a recover), net, by endpoint and minute of the delivery's creation: kept by the
+-- trigger below, whoever makes them. An attempt's own changes are the recorder's to count
+-- (above); they are told apart by `attempts`, which only the recorder changes. Apart from the
+-- recorder's rows, so that a give-up in a record transaction (after its webhook's row is
+-- locked) never waits for a row another engine's record holds: no deadlock.
+CREATE TABLE IF NOT EXISTS webhook_status_changes (
+    webhook_id  text NOT NULL,
+    minute      timestamptz NOT NULL,
+    delivered   integer NOT NULL,
+    failed      integer NOT NULL,
+    PRIMARY KEY (webhook_id, minute)
+);
+CREATE INDEX IF NOT EXISTS webhook_status_changes_age ON webhook_status_changes USING brin (minute);
+
+-- One upsert per statement: the changes of a whole statement (a disable of an endpoint with a
+-- large backlog) are summed first, and rows are locked in key order.
+CREATE OR REPLACE FUNCTION dispatcher_count_status_changes() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT sum(attempts) FROM changed_after)
+       IS DISTINCT FROM (SELECT sum(attempts) FROM changed_before) THEN
+        RETURN NULL;  -- the recorder's: counted with its attempts
+    END IF;
+    INSERT INTO webhook_status_changes AS s (webhook_id, minute, delivered, failed)
+    SELECT c.webhook_id, c.minute, sum(c.delivered), sum(c.failed)
+    FROM (
+        SELECT webhook_id, date_bin('1 minute', created_at, TIMESTAMPTZ 'epoch') AS minute,
+               (status = 'delivered')::integer AS delivered, (status = 'failed')::integer AS failed
+        FROM changed_after WHERE status <> 'pending'
+        UNION ALL
+        SELECT webhook_id, date_bin('1 minute', created_at, TIMESTAMPTZ 'epoch'),
+               -(status = 'delivered')::integer, -(status = 'failed')::integer
+        FROM changed_before WHERE status <> 'pending'
+    ) c
+    GROUP BY c.webhook_id, c.minute
+    HAVING sum(c.delivered) <> 0 OR sum(c.failed) <> 0
+    ORDER BY c.webhook_id, c.minute
+    ON CONFLICT (webhook_id, minute) DO UPDATE
+    SET delivered = s.delivered + excluded.delivered, failed = s.failed + excluded.failed;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER deliveries_status_changed AFTER UPDATE ON deliveries
+    REFERENCING OLD TABLE AS changed_before NEW TABLE AS changed_after
+    FOR EACH STATEMENT EXECUTE FUNCTION dispatcher_count_status_changes();
+
+-- Daily partitions [day, day + 1) in UTC for events, deliveries and delivery_attempts, for every day from p_from to p_to.
 -- Deliveries partitions are tuned for their update-heavy life (see docs/scaling.md). A day whose
 -- rows already sit in a default partition is skipped (creating it would fail); returns the
 -- number of partitions created.
@@ -257,7 +381,10 @@ BEGIN
             IF EXISTS (SELECT 1 FROM events_default
                        WHERE created_at >= lower_bound AND created_at < upper_bound)
                OR EXISTS (SELECT 1 FROM deliveries_default
-                          WHERE created_at >= lower_bound AND created_at < upper_bound) THEN
+                          WHERE created_at >= lower_bound AND created_at < upper_bound)
+               OR EXISTS (SELECT 1 FROM delivery_attempts_default
+                          WHERE delivery_created_at >= lower_bound
+                            AND delivery_created_at < upper_bound) THEN
                 RAISE NOTICE 'dispatcher: rows for % are in the default partitions; skipped', day;
                 CONTINUE;
             END IF;
@@ -269,6 +396,10 @@ BEGIN
                 'WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02, '
                 'autovacuum_analyze_scale_factor = 0.02)',
                 suffix, lower_bound, upper_bound);
+            EXECUTE format(
+                'CREATE TABLE delivery_attempts_p%s PARTITION OF delivery_attempts '
+                'FOR VALUES FROM (%L) TO (%L)',
+                suffix, lower_bound, upper_bound);
             created := created + 1;
         END IF;
     END LOOP;
@@ -278,37 +409,120 @@ $$;
 
 SELECT dispatcher_ensure_partitions(current_date - 1, current_date + 2);
 
--- Fan-out: one delivery per live subscription that hears the event's type and number, in one
--- statement, with its row in the queue. No NOTIFY here: a NOTIFY in the publishing
--- transaction takes a cluster-wide lock through the commit (and its WAL flush), which
--- serialises every publisher's commit. The API wakes the engines after its commit; engines
+-- The envelope every delivery of an event carries (docs/events.md), built here and only here:
+-- dispatcher_append_event stores its text once, and every attempt sends those bytes. Compact
+-- JSON with its keys in this order; `createdAt` in UTC with milliseconds and a `Z`; `data` as
+-- given: a json value keeps its text, so the service's data keeps the bytes it serialized
+-- (an outbox caller's jsonb is spelled as jsonb spells it). The version is the one
+-- dispatcher.domain.events.API_VERSION names (tests/store/test_envelope.py compares them).
+--
+-- One expression, STABLE and not STRICT: the planner inlines it into the statement that
+-- calls it.
+CREATE OR REPLACE FUNCTION dispatcher_envelope(
+    p_id text, p_type text, p_created_at timestamptz, p_data json
+) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT '{"id":' || to_json(p_id)::text
+        || ',"type":' || to_json(p_type)::text
+        || ',"apiVersion":"2026-11-01"'
+        || ',"createdAt":"'
+        || to_char(p_created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || '"'
+        || ',"data":' || p_data::text
+        || '}'
+$$;
+
+-- The one way into `deliveries`: a pending delivery of an event to each webhook that should
+-- have it, with its row in the engine's queue, in one statement; a webhook that has this
+-- event's delivery already is skipped. Returns how many were made.
+--
+-- Which webhooks: with p_webhook_ids NULL, every live subscription of the workspace that hears
+-- the event's type and number (a new event's fan-out); otherwise exactly those, whatever they
+-- hear (a webhook's test event; a recover, whose caller chose them). Due at p_due_at (NULL: as
+-- of the event), because of p_trigger (the attempt log's; NULL: a test event's delivery is due
+-- because of the test, any other because of the schedule). The event's fields come as
+-- arguments: no join back to its row.
+--
+-- No NOTIFY here: a NOTIFY in the publishing transaction takes a cluster-wide lock through the
+-- commit (and its WAL flush), which serialises every publisher's commit. The service wakes
+-- the engines after its commit (dispatcher.store.notifications.DELIVERIES_CHANNEL); engines
 -- also probe the queue when idle (the outbox door).
-CREATE OR REPLACE FUNCTION dispatcher_fan_out(
-    p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text, p_number_id text
+CREATE OR REPLACE FUNCTION dispatcher_add_deliveries(
+    p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text,
+    p_number_id text, p_webhook_ids text[] DEFAULT NULL, p_due_at timestamptz DEFAULT NULL,
+    p_trigger text DEFAULT NULL
 ) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     fanned integer;
 BEGIN
-    -- The event's fields come as arguments: no join back to the row just inserted.
     WITH made AS (
         INSERT INTO deliveries
             (id, workspace_id, webhook_id, event_id, event_type, created_at, next_attempt_at)
-        SELECT dispatcher_new_id('WD'), p_workspace_id, w.id, p_event_id, p_type, p_created_at,
-               p_created_at
-        FROM webhooks w
-        WHERE w.workspace_id = p_workspace_id
-          AND w.deleted_at IS NULL
-          AND w.disabled_at IS NULL
-          AND p_type = ANY (w.events)
-          AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
+        SELECT dispatcher_new_id('WD'), p_workspace_id, hook.id, p_event_id, p_type,
+               p_created_at, coalesce(p_due_at, p_created_at)
+        FROM (
+            -- The subscribers: a one-time filter on p_webhook_ids leaves this branch out
+            -- whole when webhooks are named.
+            SELECT w.id
+            FROM webhooks w
+            WHERE p_webhook_ids IS NULL
+              AND w.workspace_id = p_workspace_id
+              AND w.deleted_at IS NULL
+              AND w.disabled_at IS NULL
+              AND p_type = ANY (w.events)
+              AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
+            UNION ALL
+            SELECT unnest(p_webhook_ids)
+        ) AS hook (id)
         ON CONFLICT (webhook_id, event_id, created_at) DO NOTHING
         RETURNING id, created_at, webhook_id, event_id, next_attempt_at
     )
-    INSERT INTO delivery_queue (delivery_id, created_at, webhook_id, event_id, due_at)
-    SELECT id, created_at, webhook_id, event_id, next_attempt_at FROM made;
+    INSERT INTO delivery_queue
+        (delivery_id, created_at, webhook_id, event_id, is_test, due_at, trigger)
+    SELECT id, created_at, webhook_id, event_id, p_type = 'webhook.test', next_attempt_at,
+           coalesce(p_trigger, CASE WHEN p_type = 'webhook.test' THEN 'test' ELSE 'schedule' END)
+    FROM made;
     GET DIAGNOSTICS fanned = ROW_COUNT;
     RETURN fanned;
+END
+$$;
+
+-- A new event's fan-out to its subscribers, as releases before schema 6 call it (their
+-- publishing statements, during an upgrade): dispatcher_add_deliveries, inlined into the
+-- caller's statement. Nothing of this release calls it.
+CREATE OR REPLACE FUNCTION dispatcher_fan_out(
+    p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text, p_number_id text
+) RETURNS integer
+LANGUAGE sql AS $$
+    SELECT dispatcher_add_deliveries(p_event_id, p_created_at, p_workspace_id, p_type,
+                                     p_number_id)
+$$;
+
+-- The one way into `events`, whatever the door: the API, inbound messages and calls, the
+-- carrier, a webhook's test (dispatcher/store/queries/events.sql), and the outbox function
+-- below. Stores the event with its envelope, then makes its deliveries (to p_webhook_ids alone
+-- when given: a test). Returns the payload, the envelope's text as every attempt sends it, and
+-- how many deliveries were made. p_trace_context is the W3C traceparent of the publishing
+-- span, when the service traces (dispatcher/tracing.py).
+--
+-- Called once per event (`SELECT dispatcher_append_event(...)`, which returns one record):
+-- one INSERT, then the deliveries as a simple expression.
+CREATE OR REPLACE FUNCTION dispatcher_append_event(
+    p_id text, p_workspace_id text, p_type text, p_number_id text, p_source text,
+    p_data json, p_created_at timestamptz, p_idempotency_key text DEFAULT NULL,
+    p_fingerprint bytea DEFAULT NULL, p_webhook_ids text[] DEFAULT NULL,
+    p_trace_context text DEFAULT NULL, OUT payload text, OUT fanned integer
+)
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO events (id, workspace_id, type, number_id, source, payload, idempotency_key,
+                        request_fingerprint, created_at, trace_context)
+    VALUES (p_id, p_workspace_id, p_type, p_number_id, p_source,
+            dispatcher_envelope(p_id, p_type, p_created_at, p_data), p_idempotency_key,
+            p_fingerprint, p_created_at, p_trace_context)
+    RETURNING events.payload INTO payload;
+    fanned := dispatcher_add_deliveries(p_id, p_created_at, p_workspace_id, p_type, p_number_id,
+                                        p_webhook_ids);
 END
 $$;
 
@@ -324,7 +538,6 @@ CREATE OR REPLACE FUNCTION dispatcher_publish_event(
 LANGUAGE plpgsql AS $$
 DECLARE
     event_id text := dispatcher_new_id('EV');
-    created timestamptz := now();
 BEGIN
     IF p_type IS NULL OR p_type = 'webhook.test' OR p_type !~ '^[a-z]+(\.[a-z_]+)+$' THEN
         RAISE EXCEPTION 'dispatcher_publish_event: invalid event type %', p_type
@@ -341,21 +554,10 @@ BEGIN
         RAISE EXCEPTION 'dispatcher_publish_event: number % is not the workspace''s', p_number_id
             USING ERRCODE = '22023';
     END IF;
-    INSERT INTO events (id, workspace_id, type, number_id, source, payload, created_at)
-    VALUES (
-        event_id, p_workspace_id, p_type, p_number_id, 'outbox',
-        jsonb_build_object(
-            'id', event_id,
-            'type', p_type,
-            'apiVersion', '2026-11-01',
-            'createdAt', to_char(created AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-            'data', p_data
-        )::text,
-        created
-    );
-    PERFORM dispatcher_fan_out(event_id, created, p_workspace_id, p_type, p_number_id);
+    PERFORM dispatcher_append_event(event_id, p_workspace_id, p_type, p_number_id, 'outbox',
+                                    p_data::json, now());
     RETURN event_id;
 END
 $$;
 
-INSERT INTO dispatcher_schema (version) VALUES (4) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (8) ON CONFLICT DO NOTHING;

@@ -74,7 +74,7 @@ async def main(args: argparse.Namespace) -> int:
             return 2
     results_dir = args.results_dir or (WORK / "results-quick" if args.quick else RESULTS)
     server = None
-    url = os.environ.get("DATABASE_URL")
+    url = os.environ.get("DATABASE_URL", "")
     source = "DATABASE_URL"
     if not url:
         source = "embedded"

@@ -571,7 +571,9 @@ async def scrape_engine_metrics(port: int) -> dict[str, float]:
     return out
 
 
-def engine_statements(before: dict[str, float], after: dict[str, float], seconds: float) -> dict:
+def engine_statements(
+    before: dict[str, float], after: dict[str, float], seconds: float
+) -> dict[str, Any]:
     """Claims and record flushes between two scrapes: per second, mean batch, mean ms."""
 
     def delta(name: str) -> float:

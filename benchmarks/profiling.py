@@ -133,7 +133,7 @@ def render(run: Run, drain: dict[str, Any], analysis: dict[str, Any], raw_name: 
 
     def share(*names: str) -> float:
         """Inclusive share of the functions named (qualified name, as in the tables)."""
-        return sum(c for n, c in incl.items() if n.split(" (")[0] in names) / total
+        return float(sum(c for n, c in incl.items() if n.split(" (")[0] in names) / total)
 
     areas = analysis["areas"]
     loop_share = (

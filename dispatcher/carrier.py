@@ -3,20 +3,23 @@
 The sandbox moves each outgoing message `queued -> sent -> delivered`, one step per
 `DISPATCHER_SANDBOX_DELAY` seconds, and fails deterministically (`undelivered`) for the test
 numbers below, so every path (and its webhook events) can be tried for free.
+
+It polls (twice a second by default) rather than being woken: a message becomes due only
+`DISPATCHER_SANDBOX_DELAY` after its previous step, so a wake-up when it is sent could not
+move it any sooner, and would cost the API a NOTIFY per message.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 
 from dispatcher.domain.clock import Clock
 from dispatcher.errors import DispatcherError
 from dispatcher.store import messages
-from dispatcher.store.database import Database
+from dispatcher.store.database import Database, Record
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 
 # Documented in docs/messages.md: sending to these ends `undelivered`.
@@ -31,53 +34,34 @@ class SandboxCarrier:
         self.clock = clock
         self.delay = timedelta(seconds=delay)
         self.batch = batch
-        self.wake = asyncio.Event()
+
+    def step(self, row: Record, now: datetime) -> messages.CarrierMove:
+        """What the sandbox does next with a due message: queued -> sent, then delivered (or
+        undelivered for the failing test numbers)."""
+        if row["status"] == "queued":
+            return messages.CarrierMove(row["id"], "sent", now + self.delay, None)
+        if row["to_number"] in SANDBOX_FAILING_NUMBERS:
+            return messages.CarrierMove(row["id"], "undelivered", None, "message.failed")
+        return messages.CarrierMove(row["id"], "delivered", None, "message.delivered")
 
     async def advance(self) -> int:
         """Move every due message one step; returns how many moved."""
         now = self.clock.now()
         async with self.db.transaction() as conn:
             due = await messages.claim_carrier_due(conn, now, self.batch)
-            for row in due:
-                if row["status"] == "queued":
-                    await messages.move_status(
-                        conn,
-                        row["id"],
-                        "sent",
-                        now=now,
-                        carrier_due_at=now + self.delay,
-                        event_type=None,
-                    )
-                elif row["to_number"] in SANDBOX_FAILING_NUMBERS:
-                    await messages.move_status(
-                        conn,
-                        row["id"],
-                        "undelivered",
-                        now=now,
-                        carrier_due_at=None,
-                        event_type="message.failed",
-                    )
-                else:
-                    await messages.move_status(
-                        conn,
-                        row["id"],
-                        "delivered",
-                        now=now,
-                        carrier_due_at=None,
-                        event_type="message.delivered",
-                    )
+            await messages.move_statuses(conn, [self.step(row, now) for row in due], now=now)
         if any(row["status"] != "queued" for row in due):
             self.db.wake(DELIVERIES_CHANNEL)  # events were made: wake the engines
         return len(due)
 
     async def run(self, poll_interval: float = 0.5) -> None:
-        """Advance forever; woken early by new messages (NOTIFY dispatcher_carrier)."""
+        """Advance forever, every `poll_interval` seconds (at once again after a full batch).
+        A database outage is logged and waited out; anything else ends the task, and the
+        process's supervisor stops the process (see dispatcher/supervision.py)."""
         while True:
             try:
                 while await self.advance() >= self.batch:
                     pass
             except DispatcherError as exc:
                 log.warning("carrier.advance_failed", error=str(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=poll_interval)
-            self.wake.clear()
+            await asyncio.sleep(poll_interval)

@@ -1,5 +1,9 @@
 """A short timer that refreshes the gauges a scrape cannot compute cheaply itself: queue
-depth and age, pool use, and the process's own readiness (for the `dispatcher_ready` alert)."""
+depth and age, pool use, and the process's own readiness (for the `dispatcher_ready` alert);
+and the partition maintenance loop.
+
+Both loops log a database error and try again next time; anything else ends the loop, and the
+process's supervisor then stops the process (dispatcher/supervision.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ log = structlog.get_logger("dispatcher")
 
 
 async def refresh_once(db: Database, clock: Clock, engine_running: Callable[[], bool]) -> bool:
+    """Refresh the gauges once; whether the process is ready (schema current and
+    `engine_running()`, the process's own readiness beyond the database's)."""
     ready = False
     try:
         due, oldest = await queue.due_summary(db, clock.now())

@@ -4,6 +4,9 @@
 outage once running: they wait with backoff (the API port already answers `/healthz` 200 and
 `/readyz` 503) for up to DISPATCHER_STARTUP_TIMEOUT seconds, then exit with one clear line.
 The admin commands (`migrate`, `workspaces`, ...) fail at once instead: someone is watching.
+
+Once running, every background loop is supervised (dispatcher/supervision.py): one that ends
+makes the process not ready, stop as on SIGTERM, and exit 1.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, TypeVar
 import structlog
 from aiohttp import web
 
-from dispatcher import monitor
+from dispatcher import monitor, tracing
 from dispatcher.api.app import create_app
 from dispatcher.api.context import SCOPES, Services
 from dispatcher.api.health import ReadinessCheck, starting_app
@@ -34,6 +37,7 @@ from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.embedded import start_embedded, stop_embedded
 from dispatcher.store.key_cache import KeyCache
+from dispatcher.supervision import Supervisor
 
 log = structlog.get_logger("dispatcher")
 
@@ -216,6 +220,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
             await runner.cleanup()
 
     try:
+        tracing.configure()  # from OTEL_*; before the app is made (its request spans)
         metrics_runner = await start_metrics_port(settings, host)
         # Until the database is reached: alive, not ready, API 503 (see api/health.py).
         starting = web.AppRunner(
@@ -243,6 +248,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
             await metrics_runner.cleanup()
         for sock in sockets:
             sock.close()
+        await asyncio.to_thread(tracing.shutdown)  # the spans still buffered leave now
         log.info("dispatcher.stopped")
 
 
@@ -254,14 +260,14 @@ async def run_api(
     stop: asyncio.Event,
     demo_key: str | None,
 ) -> None:
-    """The full API and the loops, from a connected database to the stop signal."""
+    """The full API and the loops, from a connected database to the stop signal (or the
+    end of a background task: BackgroundTaskFailed, once everything has stopped)."""
     settings, clock = services.settings, services.clock
     engine_db = await engine_pool(db) if settings.engine else None
     engine = Engine(engine_db or db, settings, clock) if settings.engine else None
     app = create_app(services)
-    engine_ok = (lambda: engine.running) if engine is not None else (lambda: True)
-    if engine is not None:
-        app[ReadinessCheck] = [("engine", engine_ok)]
+    supervisor = Supervisor(stop)
+    ready = readiness(app, engine, supervisor)
     carrier = SandboxCarrier(db, clock, settings.sandbox_delay)
     background = [
         asyncio.create_task(carrier.run(), name="carrier"),
@@ -270,8 +276,9 @@ async def run_api(
             if services.keys is not None
             else []
         ),
-        *start_housekeeping(db, clock, settings, engine_ok),
+        *start_housekeeping(db, clock, settings, ready),
     ]
+    supervisor.watch(*background)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await serve_on(runner, sockets)
@@ -281,6 +288,7 @@ async def run_api(
         print_demo(demo_key, settings.host, settings.port)
     if engine is not None:
         await engine.start()
+        supervisor.watch(*engine.tasks)
     log.info(
         "api.listening", url=f"http://{settings.host}:{settings.port}", engine=engine is not None
     )
@@ -288,6 +296,7 @@ async def run_api(
         await stop.wait()
         log.info("dispatcher.stopping")
     finally:
+        supervisor.close()
         for site in runner.sites:  # stop accepting; requests in progress finish
             await site.stop()
         if engine is not None:
@@ -296,6 +305,25 @@ async def run_api(
             await engine_db.close()
         await cancel_all(background)
         await runner.cleanup()
+    supervisor.raise_failure()
+
+
+def readiness(
+    app: web.Application, engine: Engine | None, supervisor: Supervisor
+) -> Callable[[], bool]:
+    """Register the checks `/readyz` adds to the database's, and return the process's
+    readiness (for the `dispatcher_ready` gauge).
+
+    `engine`, when this process runs one, is true while it runs. A background task that ends
+    adds a failed check under its own name (`"carrier": false`), so that the 503 says which;
+    while all is well the checks are exactly those of a process without a supervisor.
+    """
+    checks: list[tuple[str, Callable[[], bool]]] = []
+    if engine is not None:
+        checks.append(("engine", lambda: engine.running))
+    app[ReadinessCheck] = checks
+    supervisor.on_failure(lambda name: checks.append((name, lambda: False)))
+    return lambda: (engine is None or engine.running) and supervisor.healthy
 
 
 # Connections of the engine's own pool inside `serve`: claim, recorder, heartbeat and probe.
@@ -316,11 +344,12 @@ async def engine_pool(db: Database) -> Database | None:
 
 
 def start_housekeeping(
-    db: Database, clock: Clock, settings: Settings, engine_ok: Callable[[], bool]
+    db: Database, clock: Clock, settings: Settings, ready: Callable[[], bool]
 ) -> list[asyncio.Task[None]]:
-    """The loops every process runs beside its real work: gauges and partition maintenance."""
+    """The loops every process runs beside its real work: gauges and partition maintenance.
+    `ready` is the process's own readiness, beyond the database's, for `dispatcher_ready`."""
     return [
-        asyncio.create_task(monitor.run(db, clock, engine_ok), name="monitor"),
+        asyncio.create_task(monitor.run(db, clock, ready), name="monitor"),
         asyncio.create_task(
             monitor.maintain(db, clock, settings.retention_days, settings.maintenance_interval),
             name="maintenance",
@@ -329,11 +358,11 @@ def start_housekeeping(
 
 
 async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel and wait for `tasks`. One that had died already was reported by the supervisor
+    when it ended: its error must not cut the rest of the shutdown short."""
     for task in tasks:
         task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def start_metrics_port(settings: Settings, host: str) -> web.AppRunner | None:
@@ -361,6 +390,7 @@ async def work(settings: Settings) -> None:
     """The delivery engine alone (`dispatcher worker`), to scale it apart from the API."""
     stop = stop_signals()
     log.info("dispatcher.worker.start", settings=settings.redacted())
+    tracing.configure()
     metrics_runner = await start_metrics_port(settings, settings.host)
     try:
         async with database_for(settings) as db:
@@ -368,17 +398,25 @@ async def work(settings: Settings) -> None:
                 return
             clock = SystemClock()
             engine = Engine(db, settings, clock)
+            supervisor = Supervisor(stop)
             await engine.start()
-            watchers = start_housekeeping(db, clock, settings, lambda: engine.running)
+            supervisor.watch(*engine.tasks)
+            watchers = start_housekeeping(
+                db, clock, settings, lambda: engine.running and supervisor.healthy
+            )
+            supervisor.watch(*watchers)
             try:
                 await stop.wait()
                 log.info("dispatcher.stopping")
             finally:
+                supervisor.close()
                 await engine.stop()
                 await cancel_all(watchers)
+            supervisor.raise_failure()
     finally:
         if metrics_runner is not None:
             await metrics_runner.cleanup()
+        await asyncio.to_thread(tracing.shutdown)
         log.info("dispatcher.stopped")
 
 

@@ -14,7 +14,6 @@ from typing import Any
 from dispatcher.errors import ConfigurationError
 
 DEFAULT_RETRY_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
-MAX_REQUEST_TIMEOUT = 30.0
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -44,11 +43,12 @@ class Settings:
     lease_margin: float = 30.0  # accepted for compatibility; leases follow heartbeats now
     heartbeat_timeout: float = 3.0
     secret_rotation_grace: float = 86400.0
+    # How much of each answer's body the attempt log keeps (0: none).
+    response_excerpt_bytes: int = 1024
     # History
     retention_days: int = 30
     maintenance_interval: float = 3600.0
-    # Messaging
-    carrier: str = "sandbox"
+    # Messaging (the sandbox carrier is the only one)
     sandbox_delay: float = 1.0
     # Observability
     metrics_port: int | None = None
@@ -92,9 +92,10 @@ class Settings:
         read("DISPATCHER_HEARTBEAT_TIMEOUT", "heartbeat_timeout", _float_between(1.0, 600.0))
         read("DISPATCHER_SECRET_ROTATION_GRACE", "secret_rotation_grace",
              _float_between(0.0, 30 * 86400))  # fmt: skip
+        read("DISPATCHER_RESPONSE_EXCERPT_BYTES", "response_excerpt_bytes",
+             _int_between(0, 65536))  # fmt: skip
         read("DISPATCHER_RETENTION_DAYS", "retention_days", _int_between(1, 3650))
         read("DISPATCHER_MAINTENANCE_INTERVAL", "maintenance_interval", _float_between(1.0, 86400))
-        read("DISPATCHER_CARRIER", "carrier", _choice("sandbox"))
         read("DISPATCHER_SANDBOX_DELAY", "sandbox_delay", _float_between(0.0, 3600.0))
         read("DISPATCHER_METRICS_PORT", "metrics_port", _port)
         read("DISPATCHER_METRICS_PER_WEBHOOK", "metrics_per_webhook", _on_off)

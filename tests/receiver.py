@@ -81,9 +81,7 @@ async def receiver() -> AsyncIterator[Receiver]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    server = site._server
-    assert server is not None
-    state.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    state.port = runner.addresses[0][1]
     yield state
     state.release.set()
     await runner.cleanup()

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dispatcher.api import (
-    conversations,
-    events,
-    health,
-    inbound,
-    messages,
-    metrics,
-    openapi,
-    webhooks,
-)
+from dispatcher import tracing
+from dispatcher.api import metrics, openapi
 from dispatcher.api.context import SERVICES, Services
-from dispatcher.api.http import MAX_BODY_BYTES, errors_middleware, shape_parser_errors
+from dispatcher.api.http import (
+    MAX_BODY_BYTES,
+    errors_middleware,
+    shape_parser_errors,
+    tracing_middleware,
+)
 from dispatcher.api.query import declared_inputs
 
 
@@ -24,16 +21,18 @@ def create_app(services: Services) -> web.Application:
     inputs = declared_inputs(openapi.route_inputs())
     # The body limit is enforced by read_json (413 in our error shape); aiohttp's own limit is
     # set a little higher so that it never answers first with its own format.
+    # Request spans only while tracing is on: off, requests pay nothing for it.
+    traced = [tracing_middleware] if tracing.ENABLED else []
     app = web.Application(
-        middlewares=[errors_middleware, inputs], client_max_size=MAX_BODY_BYTES + 1024
+        middlewares=[*traced, errors_middleware, inputs], client_max_size=MAX_BODY_BYTES + 1024
     )
     app[SERVICES] = services
     # What aiohttp's HTTP parser refuses (below every middleware) gets the error shape too.
     shape_parser_errors(app)
-    for module in (health, openapi, messages, conversations, inbound, webhooks, events):
-        app.router.add_routes(module.routes)
-    # /metrics has no key. With DISPATCHER_METRICS_PORT set it is served there only (a port
-    # that can stay private); without it, here, for anyone who can reach the API port.
-    if services.settings.metrics_port is None:
-        app.router.add_routes(metrics.routes)
+    for table in openapi.ROUTE_TABLES:
+        # /metrics has no key. With DISPATCHER_METRICS_PORT set it is served there only (a port
+        # that can stay private); without it, here, for anyone who can reach the API port.
+        if table is metrics.routes and services.settings.metrics_port is not None:
+            continue
+        app.router.add_routes(table)
     return app

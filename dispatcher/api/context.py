@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from dispatcher.api.http import WORKSPACE_ID, single_header
+from dispatcher.api.operations import mark_scope
 from dispatcher.api.query import refuse_undeclared_body
 from dispatcher.domain.clock import Clock
+from dispatcher.domain.enums import Scope
 from dispatcher.errors import Forbidden, Unauthorized
 from dispatcher.settings import Settings
 from dispatcher.store import workspaces
@@ -18,18 +20,8 @@ from dispatcher.store.database import Database
 from dispatcher.store.key_cache import KeyCache
 from dispatcher.store.workspaces import ApiKey
 
-SCOPES: frozenset[str] = frozenset(
-    {
-        "messages:read",
-        "messages:write",
-        "conversations:read",
-        "conversations:write",
-        "webhooks:read",
-        "webhooks:write",
-        "events:write",
-        "ingest:write",
-    }
-)
+# Every scope a key can hold (the CLI's choices, the demo key's grant): the enumeration's members.
+SCOPES: frozenset[Scope] = frozenset(Scope)
 
 
 @dataclass(frozen=True)
@@ -67,11 +59,11 @@ async def authenticate(request: web.Request) -> ApiKey:
 
 
 def requires(
-    scope: str,
+    scope: Scope,
 ) -> Callable[[ScopedHandler], Callable[[web.Request], Awaitable[web.StreamResponse]]]:
     """Authenticate the caller, check `scope`, and refuse a body the route does not take; the
-    handler gets the services and the key."""
-    assert scope in SCOPES, scope
+    handler gets the services and the key. The scope is recorded on the handler, where the
+    OpenAPI document and the strict-input middleware read it (api/operations.py)."""
 
     def decorate(handler: ScopedHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         @functools.wraps(handler)
@@ -83,7 +75,7 @@ def requires(
             await refuse_undeclared_body(request)
             return await handler(request, services(request), key)
 
-        guarded.scope = scope  # type: ignore[attr-defined]
+        mark_scope(guarded, scope)
         return guarded
 
     return decorate

@@ -7,23 +7,26 @@ from aiohttp import web
 from dispatcher.api.context import Services, requires
 from dispatcher.api.http import json_response, parse_body
 from dispatcher.api.models import SetConversationStatus
+from dispatcher.api.operations import operation
 from dispatcher.api.pagination import Pager
-from dispatcher.api.query import query_choice, query_id
-from dispatcher.domain import ids, resources
+from dispatcher.api.query import choice, id_parameter, read_query
+from dispatcher.api.resources import Conversation, Page, conversation
+from dispatcher.domain import ids
+from dispatcher.domain.enums import ConversationStatus, Scope
 from dispatcher.errors import NotFound
 from dispatcher.store import conversations
 from dispatcher.store.workspaces import ApiKey
 
 routes = web.RouteTableDef()
 
+FILTERS = (choice("status", ConversationStatus), id_parameter("numberId", ids.NUMBER))
+
 
 @routes.get("/v1/conversations")
-@requires("conversations:read")
+@requires(Scope.CONVERSATIONS_READ)
+@operation(200, Page[Conversation], query=FILTERS)
 async def list_conversations(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    filters = {
-        "status": query_choice(request, "status", ("open", "done")),
-        "numberId": query_id(request, "numberId", ids.NUMBER),
-    }
+    filters = read_query(request, FILTERS)
     pager = Pager(request, svc.cursor_key, "conversations", filters)
     page = await conversations.list_page(
         svc.db,
@@ -33,20 +36,22 @@ async def list_conversations(request: web.Request, svc: Services, key: ApiKey) -
         limit=pager.limit,
         after=pager.after,
     )
-    return json_response(pager.render(page, [resources.conversation(r) for r in page.rows]))
+    return json_response(pager.render(page, [conversation(r) for r in page.rows]))
 
 
 @routes.get("/v1/conversations/{conversation_id}")
-@requires("conversations:read")
+@requires(Scope.CONVERSATIONS_READ)
+@operation(200, Conversation)
 async def get_conversation(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await conversations.get(svc.db, key.workspace_id, request.match_info["conversation_id"])
     if row is None:
         raise NotFound("conversation not found")
-    return json_response(resources.conversation(row))
+    return json_response(conversation(row))
 
 
 @routes.post("/v1/conversations/{conversation_id}/status")
-@requires("conversations:write")
+@requires(Scope.CONVERSATIONS_WRITE)
+@operation(200, Conversation, body=SetConversationStatus)
 async def set_conversation_status(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     body = await parse_body(request, SetConversationStatus)
     row = await conversations.set_status(
@@ -54,4 +59,4 @@ async def set_conversation_status(request: web.Request, svc: Services, key: ApiK
     )
     if row is None:
         raise NotFound("conversation not found")
-    return json_response(resources.conversation(row))
+    return json_response(conversation(row))

@@ -12,8 +12,12 @@ from aiohttp import web
 from dispatcher.api.context import Services, requires
 from dispatcher.api.http import json_response, read_object, single_header, validate
 from dispatcher.api.models import PublishEvent
+from dispatcher.api.numbers import own_number
+from dispatcher.api.operations import HeaderParameter, operation
+from dispatcher.api.resources import EventEnvelope
+from dispatcher.domain.enums import Scope
 from dispatcher.errors import FieldError, ValidationFailed
-from dispatcher.store import events, workspaces
+from dispatcher.store import events
 from dispatcher.store.workspaces import ApiKey
 
 routes = web.RouteTableDef()
@@ -23,6 +27,9 @@ MAX_IDEMPOTENCY_KEY = 255
 # it arrives as a lone surrogate that the database cannot store, or as a look-alike of another
 # key.
 _IDEMPOTENCY_KEY = re.compile(rf"[!-~]{{1,{MAX_IDEMPOTENCY_KEY}}}")
+IDEMPOTENCY_KEY = HeaderParameter(
+    "Idempotency-Key", {"type": "string", "pattern": f"^{_IDEMPOTENCY_KEY.pattern}$"}
+)
 
 
 def request_fingerprint(body: dict[str, Any]) -> bytes:
@@ -33,7 +40,8 @@ def request_fingerprint(body: dict[str, Any]) -> bytes:
 
 
 @routes.post("/v1/events")
-@requires("events:write")
+@requires(Scope.EVENTS_WRITE)
+@operation(202, EventEnvelope, body=PublishEvent, headers=(IDEMPOTENCY_KEY,), errors=(422,))
 async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """202 with the event envelope. With `Idempotency-Key`, the identical request within 24
     hours answers the first event (and `Idempotent-Replayed: true`) and creates nothing;
@@ -51,11 +59,7 @@ async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web
     raw = await read_object(request)
     body = validate(PublishEvent, raw, "body")
     if body.numberId is not None:
-        async with svc.db.acquire() as conn:
-            if await workspaces.missing_numbers(conn, key.workspace_id, [body.numberId]):
-                raise ValidationFailed(
-                    [FieldError("body.numberId", "must be one of the workspace's numbers")]
-                )
+        await own_number(svc, key.workspace_id, "body.numberId", body.numberId)
     payload, created = await events.publish(
         svc.db,
         workspace_id=key.workspace_id,
@@ -67,4 +71,5 @@ async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web
         now=svc.clock.now(),
     )
     headers = {} if created else {"Idempotent-Replayed": "true"}
+    # The stored envelope, embedded as it is: never parsed and re-serialised.
     return json_response(orjson.Fragment(payload), status=202, headers=headers)

@@ -9,6 +9,7 @@ from aiohttp import web
 from dispatcher.api import metrics
 from dispatcher.api.context import services
 from dispatcher.api.http import Handler, errors_middleware, json_response, shape_parser_errors
+from dispatcher.api.operations import operation
 from dispatcher.errors import DatabaseUnavailable
 from dispatcher.store import schema
 
@@ -24,6 +25,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 @routes.get("/readyz")
+@operation(also={503: "not ready"})
 async def readyz(request: web.Request) -> web.Response:
     """Ready for traffic: the database answers with the expected schema, the engine runs."""
     checks: dict[str, bool] = {}

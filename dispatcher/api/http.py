@@ -19,7 +19,8 @@ import structlog
 from aiohttp import http_exceptions, web
 from pydantic import BaseModel, ValidationError
 
-from dispatcher import metrics
+from dispatcher import metrics, tracing
+from dispatcher.api.resources import ErrorBody, ErrorDetail
 from dispatcher.errors import (
     Conflict,
     DatabaseUnavailable,
@@ -53,7 +54,7 @@ class ApiError(Exception):
         status: int,
         code: str,
         message: str,
-        errors: list[dict[str, str]] | None = None,
+        errors: list[ErrorDetail] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
@@ -72,17 +73,24 @@ def json_response(
     )
 
 
-def error_body(error: ApiError, trace: str) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def error_body(error: ApiError, trace: str) -> ErrorBody:
+    title = HTTPStatus(error.status).phrase
+    if error.errors:
+        return {
+            "status": error.status,
+            "code": error.code,
+            "title": title,
+            "message": error.message,
+            "errors": error.errors,
+            "trace": trace,
+        }
+    return {
         "status": error.status,
         "code": error.code,
-        "title": HTTPStatus(error.status).phrase,
+        "title": title,
         "message": error.message,
+        "trace": trace,
     }
-    if error.errors:
-        body["errors"] = error.errors
-    body["trace"] = trace
-    return body
 
 
 def from_domain(exc: DispatcherError) -> ApiError:
@@ -179,6 +187,36 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         request_id=trace,
     )
     return response
+
+
+@web.middleware
+async def tracing_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The request's span (dispatcher/tracing.py). Registered only while tracing is on, and
+    outside the error middleware, so that its status is the one the client got."""
+    route = route_template(request)
+    try:
+        host, port = request.url.host, request.url.port
+    except ValueError:  # a Host header that is not host[:port]: the span goes without
+        host, port = None, None
+    with tracing.serving(
+        request.method,
+        None if route == "unmatched" else route,
+        path=request.path,
+        scheme=request.scheme,
+        host=host,
+        port=port,
+        headers=request.headers,
+    ) as span:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:  # a redirect, raised through the error middleware
+            tracing.answered(span, exc.status)
+            raise
+        except BaseException as exc:  # the request was cancelled (the client went away)
+            tracing.failed(span, exc)
+            raise
+        tracing.answered(span, response.status)
+        return response
 
 
 def _error_response(error: ApiError, trace: str) -> web.Response:

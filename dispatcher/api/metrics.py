@@ -9,7 +9,7 @@ routes = web.RouteTableDef()
 
 
 @routes.get("/metrics")
-async def scrape(request: web.Request) -> web.Response:
+async def metrics(request: web.Request) -> web.Response:
     response = web.Response(body=generate_latest(REGISTRY))
     response.headers["Content-Type"] = CONTENT_TYPE_LATEST
     return response

@@ -1,9 +1,13 @@
-"""Request bodies. Strict types (no coercion), unknown fields refused."""
+"""Request bodies: the one description of each, validated here and documented from here.
+
+Strict types (no coercion), unknown fields refused. An enumeration field is not strict: in
+Python mode, strict pydantic takes only enum members, and bodies arrive as JSON strings.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -14,6 +18,7 @@ from pydantic import (
     field_validator,
 )
 
+from dispatcher.domain.enums import CallStatus, ConversationStatus
 from dispatcher.domain.events import EVENT_TYPES
 from dispatcher.domain.phone import is_e164
 from dispatcher.domain.text import is_blank
@@ -74,7 +79,7 @@ class SendMessage(Body):
 
 
 class SetConversationStatus(Body):
-    status: Literal["open", "done"]
+    status: ConversationStatus = Field(strict=False)
 
 
 class Media(Body):
@@ -93,7 +98,7 @@ class InboundMessage(Body):
 class InboundCall(Body):
     from_: E164 = Field(alias="from")
     to: E164
-    status: Literal["ringing", "answered", "completed", "missed", "forwarded"]
+    status: CallStatus = Field(strict=False)
     durationSeconds: int | None = Field(default=None, ge=0, le=7 * 86400)
 
 

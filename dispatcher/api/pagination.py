@@ -14,18 +14,28 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
 
+from dispatcher.api import resources
 from dispatcher.api.http import WORKSPACE_ID
-from dispatcher.api.query import integer_message, is_ascii_digits
+from dispatcher.api.query import QueryParameter, integer_message, is_ascii_digits
 from dispatcher.errors import FieldError, InvalidCursor, ValidationFailed
 from dispatcher.store.pages import Page, Position
 
+ItemT = TypeVar("ItemT")
+
 DEFAULT_LIMIT = 25
 MAX_LIMIT = 100
+# Every list takes these two, besides its filters (the pager reads and checks them).
+PAGE_QUERY = (
+    QueryParameter(
+        "limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}
+    ),
+    QueryParameter("cursor", {"type": "string"}),
+)
 _MAC_BYTES = 16
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -90,7 +100,7 @@ class Pager:
             else None
         )
 
-    def render(self, page: Page, data: list[Any]) -> dict[str, Any]:
+    def render(self, page: Page, data: list[ItemT]) -> resources.Page[ItemT]:
         next_cursor = (
             None
             if page.last is None

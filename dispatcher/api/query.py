@@ -1,16 +1,19 @@
 """Query strings, held to each route's declaration like bodies (errors name `query.<name>`).
 
 Every route declares the query parameters it takes, whether it takes a body, and whether it
-needs a key (the OpenAPI document is that declaration: app.py hands `openapi.route_inputs()`
-to `declared_inputs`). A parameter the route does not declare, or one sent twice, is refused
-rather than ignored or resolved by picking one of its values, as an unknown body field is.
+needs a key (its `@operation` and `@requires`, api/operations.py; app.py hands
+`openapi.route_inputs()` to `declared_inputs`). A parameter the route does not declare, or one
+sent twice, is refused rather than ignored or resolved by picking one of its values, as an
+unknown body field is. A declared parameter (`QueryParameter`) carries both its schema, for
+the document, and its rule, for the handler that reads it: the two cannot drift apart.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -19,7 +22,8 @@ from multidict import MultiMapping
 
 from dispatcher.api.http import Handler, read_no_body
 from dispatcher.domain import ids
-from dispatcher.domain.phone import is_e164
+from dispatcher.domain.clock import parse_instant
+from dispatcher.domain.phone import E164_PATTERN, is_e164
 from dispatcher.errors import FieldError, ValidationFailed
 
 # `str.isdigit` and `int()` take any Unicode digit (Arabic-Indic, full-width, ...), and `int()`
@@ -113,28 +117,74 @@ def _fail(name: str, message: str) -> ValidationFailed:
     return ValidationFailed([FieldError(f"query.{name}", message)])
 
 
-def query_choice(request: web.Request, name: str, allowed: Sequence[str]) -> str | None:
-    value = request.query.get(name)
-    if value is None:
-        return None
-    if value not in allowed:
-        raise _fail(name, f"must be one of: {', '.join(allowed)}")
-    return value
+@dataclass(frozen=True)
+class QueryParameter:
+    """A query parameter a route takes: its name, the JSON schema the document shows (and
+    `check_query` reads for integers), and the rule a value must meet, with the message a
+    value that does not is refused with. Without a rule, any value is taken here (the pager
+    reads `limit` and `cursor` itself)."""
+
+    name: str
+    schema: Mapping[str, Any]
+    accepts: Callable[[str], bool] | None = None
+    message: str = ""
+
+    def read(self, request: web.Request) -> str | None:
+        """The parameter's value, None when absent; a value the rule refuses is a 400."""
+        value = request.query.get(self.name)
+        if value is not None and self.accepts is not None and not self.accepts(value):
+            raise _fail(self.name, self.message)
+        return value
 
 
-def query_id(request: web.Request, name: str, prefix: str) -> str | None:
-    value = request.query.get(name)
-    if value is None:
-        return None
-    if not ids.is_id(value, prefix):
-        raise _fail(name, f"must be an id starting with {prefix}")
-    return value
+def choice(name: str, values: Iterable[str]) -> QueryParameter:
+    """A parameter taking one of `values` (an enumeration's members, in its order)."""
+    allowed = tuple(str(value) for value in values)
+    return QueryParameter(
+        name,
+        {"type": "string", "enum": list(allowed)},
+        frozenset(allowed).__contains__,
+        f"must be one of: {', '.join(allowed)}",
+    )
 
 
-def query_e164(request: web.Request, name: str) -> str | None:
-    value = request.query.get(name)
-    if value is None:
-        return None
-    if not is_e164(value):
-        raise _fail(name, "must be a phone number in E.164 form, like +15555550123")
-    return value
+def id_parameter(name: str, prefix: str) -> QueryParameter:
+    """A parameter taking a resource id of one type (`PN…`); it may not exist."""
+    return QueryParameter(
+        name,
+        {"type": "string", "pattern": f"^{prefix}[0-9a-f]{{32}}$"},
+        lambda value: ids.is_id(value, prefix),
+        f"must be an id starting with {prefix}",
+    )
+
+
+def e164_parameter(name: str) -> QueryParameter:
+    """A parameter taking a phone number in E.164 form (ASCII digits: `\\d` means any Unicode
+    digit to some regex engines, so the documented pattern spells them out)."""
+    return QueryParameter(
+        name,
+        {"type": "string", "pattern": f"^{E164_PATTERN}$"},
+        is_e164,
+        "must be a phone number in E.164 form, like +15555550123",
+    )
+
+
+def instant_parameter(name: str, description: str) -> QueryParameter:
+    """A parameter taking an ISO 8601 date-time with its offset (`2026-11-21T10:00:00Z`)."""
+    return QueryParameter(
+        name,
+        {"type": "string", "format": "date-time", "description": description},
+        lambda value: parse_instant(value) is not None,
+        "must be an ISO 8601 date-time with its offset, like 2026-11-21T10:00:00Z",
+    )
+
+
+def read_instant(request: web.Request, parameter: QueryParameter) -> datetime | None:
+    """An `instant_parameter`'s value as a datetime (None when absent)."""
+    value = parameter.read(request)
+    return None if value is None else parse_instant(value)
+
+
+def read_query(request: web.Request, parameters: Sequence[QueryParameter]) -> dict[str, str | None]:
+    """Each parameter's value by name (None when absent), refused as soon as one is not valid."""
+    return {parameter.name: parameter.read(request) for parameter in parameters}

@@ -11,12 +11,27 @@ from aiohttp import web
 from dispatcher.api.context import Services, requires
 from dispatcher.api.http import json_response, parse_body
 from dispatcher.api.models import CreateWebhook, Recover, UpdateWebhook
+from dispatcher.api.numbers import own_numbers
+from dispatcher.api.operations import operation
 from dispatcher.api.pagination import Pager
-from dispatcher.api.query import query_choice
-from dispatcher.domain import resources
+from dispatcher.api.query import choice, read_query
+from dispatcher.api.resources import (
+    Delivery,
+    Page,
+    Recovered,
+    Secret,
+    Webhook,
+    WebhookWithSecret,
+    delivery,
+    recovered,
+    secret,
+    webhook,
+    webhook_with_secret,
+)
+from dispatcher.domain.enums import DeliveryStatus, Scope
 from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
 from dispatcher.errors import FieldError, NotFound, ValidationFailed
-from dispatcher.store import deliveries, webhooks, workspaces
+from dispatcher.store import deliveries, webhooks
 from dispatcher.store.database import Record
 from dispatcher.store.workspaces import ApiKey
 
@@ -24,21 +39,19 @@ routes = web.RouteTableDef()
 log = structlog.get_logger("dispatcher.api")
 
 RECOVER_WINDOW = timedelta(days=14)
+DELIVERY_FILTERS = (
+    choice("status", DeliveryStatus),
+    choice("event", sorted(EVENT_TYPES | {TEST_EVENT})),
+)
 
 
-def _webhook(svc: Services, row: Record) -> dict[str, Any]:
-    return resources.webhook(row, svc.settings.max_concurrency_per_webhook)
+def _webhook(svc: Services, row: Record) -> Webhook:
+    return webhook(row, svc.settings.max_concurrency_per_webhook)
 
 
 async def _check_numbers(svc: Services, workspace_id: str, number_ids: list[str] | None) -> None:
-    if not number_ids:
-        return
-    async with svc.db.acquire() as conn:
-        missing = await workspaces.missing_numbers(conn, workspace_id, number_ids)
-    if missing:
-        raise ValidationFailed(
-            [FieldError("body.numberIds", f"not the workspace's numbers: {', '.join(missing)}")]
-        )
+    if number_ids:
+        await own_numbers(svc, workspace_id, "body.numberIds", number_ids)
 
 
 async def _get_webhook(svc: Services, workspace_id: str, webhook_id: str) -> Record:
@@ -50,11 +63,12 @@ async def _get_webhook(svc: Services, workspace_id: str, webhook_id: str) -> Rec
 
 
 @routes.post("/v1/webhooks")
-@requires("webhooks:write")
+@requires(Scope.WEBHOOKS_WRITE)
+@operation(201, WebhookWithSecret, body=CreateWebhook)
 async def create_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     body = await parse_body(request, CreateWebhook)
     await _check_numbers(svc, key.workspace_id, body.numberIds)
-    row, secret = await webhooks.create(
+    row, signing_secret = await webhooks.create(
         svc.db,
         workspace_id=key.workspace_id,
         url=body.url,
@@ -64,11 +78,15 @@ async def create_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
         max_concurrency=body.maxConcurrency,
         now=svc.clock.now(),
     )
-    return json_response({**_webhook(svc, row), "secret": secret}, status=201)
+    return json_response(
+        webhook_with_secret(row, svc.settings.max_concurrency_per_webhook, signing_secret),
+        status=201,
+    )
 
 
 @routes.get("/v1/webhooks")
-@requires("webhooks:read")
+@requires(Scope.WEBHOOKS_READ)
+@operation(200, Page[Webhook])
 async def list_webhooks(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     pager = Pager(request, svc.cursor_key, "webhooks", {})
     page = await webhooks.list_page(svc.db, key.workspace_id, limit=pager.limit, after=pager.after)
@@ -76,14 +94,16 @@ async def list_webhooks(request: web.Request, svc: Services, key: ApiKey) -> web
 
 
 @routes.get("/v1/webhooks/{webhook_id}")
-@requires("webhooks:read")
+@requires(Scope.WEBHOOKS_READ)
+@operation(200, Webhook)
 async def get_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await _get_webhook(svc, key.workspace_id, request.match_info["webhook_id"])
     return json_response(_webhook(svc, row))
 
 
 @routes.patch("/v1/webhooks/{webhook_id}")
-@requires("webhooks:write")
+@requires(Scope.WEBHOOKS_WRITE)
+@operation(200, Webhook, body=UpdateWebhook)
 async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     body = await parse_body(request, UpdateWebhook)
     present = body.model_fields_set
@@ -109,7 +129,8 @@ async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
 
 
 @routes.delete("/v1/webhooks/{webhook_id}")
-@requires("webhooks:write")
+@requires(Scope.WEBHOOKS_WRITE)
+@operation(204)
 async def delete_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     webhook_id = request.match_info["webhook_id"]
     if not await webhooks.delete(svc.db, key.workspace_id, webhook_id, svc.clock.now()):
@@ -118,35 +139,34 @@ async def delete_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
 
 
 @routes.get("/v1/webhooks/{webhook_id}/secret")
-@requires("webhooks:read")
-async def get_secret(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    secret = await webhooks.secret(svc.db, key.workspace_id, request.match_info["webhook_id"])
-    if secret is None:
+@requires(Scope.WEBHOOKS_READ)
+@operation(200, Secret)
+async def get_webhook_secret(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    current = await webhooks.secret(svc.db, key.workspace_id, request.match_info["webhook_id"])
+    if current is None:
         raise NotFound("webhook not found")
-    return json_response({"secret": secret})
+    return json_response(secret(current))
 
 
 @routes.post("/v1/webhooks/{webhook_id}/secret/rotate")
-@requires("webhooks:write")
-async def rotate_secret(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+@requires(Scope.WEBHOOKS_WRITE)
+@operation(200, Secret)
+async def rotate_webhook_secret(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     grace = timedelta(seconds=svc.settings.secret_rotation_grace)
-    secret = await webhooks.rotate_secret(
+    current = await webhooks.rotate_secret(
         svc.db, key.workspace_id, request.match_info["webhook_id"], grace, svc.clock.now()
     )
-    if secret is None:
+    if current is None:
         raise NotFound("webhook not found")
-    return json_response({"secret": secret})
+    return json_response(secret(current))
 
 
 @routes.get("/v1/webhooks/{webhook_id}/deliveries")
-@requires("webhooks:read")
+@requires(Scope.WEBHOOKS_READ)
+@operation(200, Page[Delivery], query=DELIVERY_FILTERS)
 async def list_deliveries(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     webhook_id = request.match_info["webhook_id"]
-    filters = {
-        "webhookId": webhook_id,
-        "status": query_choice(request, "status", ("pending", "delivered", "failed")),
-        "event": query_choice(request, "event", sorted(EVENT_TYPES | {TEST_EVENT})),
-    }
+    filters = {"webhookId": webhook_id, **read_query(request, DELIVERY_FILTERS)}
     pager = Pager(request, svc.cursor_key, "deliveries", filters)
     async with svc.db.acquire() as conn:
         # A deleted webhook's deliveries stay readable.
@@ -161,11 +181,12 @@ async def list_deliveries(request: web.Request, svc: Services, key: ApiKey) -> w
         limit=pager.limit,
         after=pager.after,
     )
-    return json_response(pager.render(page, [resources.delivery(r) for r in page.rows]))
+    return json_response(pager.render(page, [delivery(r) for r in page.rows]))
 
 
 @routes.get("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}")
-@requires("webhooks:read")
+@requires(Scope.WEBHOOKS_READ)
+@operation(200, Delivery)
 async def get_delivery(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await deliveries.get(
         svc.db,
@@ -175,20 +196,22 @@ async def get_delivery(request: web.Request, svc: Services, key: ApiKey) -> web.
     )
     if row is None:
         raise NotFound("delivery not found")
-    return json_response(resources.delivery(row))
+    return json_response(delivery(row))
 
 
 @routes.post("/v1/webhooks/{webhook_id}/test")
-@requires("webhooks:write")
+@requires(Scope.WEBHOOKS_WRITE)
+@operation(202, Delivery)
 async def test_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await deliveries.create_test(
         svc.db, key.workspace_id, request.match_info["webhook_id"], svc.clock.now()
     )
-    return json_response(resources.delivery(row), status=202)
+    return json_response(delivery(row), status=202)
 
 
 @routes.post("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/retry")
-@requires("webhooks:write")
+@requires(Scope.WEBHOOKS_WRITE)
+@operation(202, Delivery, errors=(409,))
 async def retry_delivery(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await deliveries.retry(
         svc.db,
@@ -197,11 +220,12 @@ async def retry_delivery(request: web.Request, svc: Services, key: ApiKey) -> we
         request.match_info["delivery_id"],
         svc.clock.now(),
     )
-    return json_response(resources.delivery(row), status=202)
+    return json_response(delivery(row), status=202)
 
 
 @routes.post("/v1/webhooks/{webhook_id}/recover")
-@requires("webhooks:write")
+@requires(Scope.WEBHOOKS_WRITE)
+@operation(202, Recovered, body=Recover, errors=(409,))
 async def recover_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     body = await parse_body(request, Recover)
     now = svc.clock.now()
@@ -213,4 +237,4 @@ async def recover_webhook(request: web.Request, svc: Services, key: ApiKey) -> w
     queued = await deliveries.recover(
         svc.db, key.workspace_id, request.match_info["webhook_id"], body.since, until, now
     )
-    return json_response({"queued": queued}, status=202)
+    return json_response(recovered(queued), status=202)

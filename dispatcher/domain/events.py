@@ -1,16 +1,16 @@
-"""The event catalog and the event envelope (interface section 2)."""
+"""The event catalog (interface section 2).
+
+The envelope around an event's data is built by the database alone, when the event is stored
+(schema.sql: `dispatcher_envelope`), whichever door the event came in by, so that every
+attempt sends the bytes stored; its shape is `domain.resources.EventEnvelope`.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from dispatcher.domain.enums import CallStatus
 
-import orjson
-
-from dispatcher.domain.clock import isoformat
-
-# Date-form version label carried by every envelope. schema.sql's dispatcher_publish_event
-# writes the same value (a test keeps the two in step).
+# Date-form version label carried by every envelope: the one schema.sql's dispatcher_envelope
+# writes (tests/store/test_envelope.py keeps the two in step).
 API_VERSION = "2026-11-01"
 
 TEST_EVENT = "webhook.test"
@@ -36,19 +36,5 @@ EVENT_TYPES: frozenset[str] = frozenset(
     }
 )
 
-CALL_STATUS_EVENTS: dict[str, str] = {
-    status: f"call.{status}"
-    for status in ("ringing", "answered", "completed", "missed", "forwarded")
-}
-
-
-def envelope(event_id: str, event_type: str, created_at: datetime, data: dict[str, Any]) -> str:
-    """Serialize the envelope once; the same bytes go out on every attempt."""
-    body = {
-        "id": event_id,
-        "type": event_type,
-        "apiVersion": API_VERSION,
-        "createdAt": isoformat(created_at),
-        "data": data,
-    }
-    return orjson.dumps(body).decode()
+# Each call status has its event: `call.ringing`, ...
+CALL_STATUS_EVENTS: dict[CallStatus, str] = {status: f"call.{status}" for status in CallStatus}

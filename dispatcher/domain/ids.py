@@ -19,7 +19,7 @@ WEBHOOK = "WH"
 DELIVERY = "WD"
 EVENT = "EV"
 
-_SHAPE = re.compile(r"^[A-Z]{2}[0-9a-f]{32}$")
+_SHAPE = re.compile(r"[A-Z]{2}[0-9a-f]{32}")
 
 
 def new_id(prefix: str) -> str:
@@ -28,4 +28,4 @@ def new_id(prefix: str) -> str:
 
 def is_id(value: str, prefix: str) -> bool:
     """True when `value` has the shape of an id of this type (it may still not exist)."""
-    return value.startswith(prefix) and _SHAPE.match(value) is not None
+    return value.startswith(prefix) and _SHAPE.fullmatch(value) is not None

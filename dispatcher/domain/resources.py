@@ -1,12 +1,30 @@
-"""Rows as the public resources of the interface (section 2), for the API and for events."""
+"""The resources that events carry: messages, call records and the envelope around them.
+
+Each resource is a `TypedDict`, the one description of its JSON: the builder below is checked
+against it by mypy, and the OpenAPI document derives its schema from it (pydantic reads
+TypedDicts as it reads models). They live in the domain, not the API, because the store writes
+them into webhook payloads (`message.received`, `call.*`) in the same transaction as the row.
+The API's other resources, and the API's use of these, are in `dispatcher/api/resources.py`.
+
+Why TypedDicts rather than `BaseModel`s: a response is a dict built straight from a row and
+handed to orjson, and a list of 100 rows is built per request. A model instance per row, then a
+dump back to a dict, would cost more than the rest of the request's Python together; a TypedDict
+costs nothing at run time and still gives one checked shape.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Annotated, Any, Protocol
 
-import orjson
+from pydantic import WithJsonSchema
+from typing_extensions import TypedDict
 
-from dispatcher.domain.clock import isoformat, isoformat_or_none
+from dispatcher.domain.clock import isoformat
+from dispatcher.domain.enums import CallStatus, Direction, MessageStatus
+
+# Instants are rendered by `clock.isoformat` (UTC, milliseconds, `Z`), not by the serialiser.
+Timestamp = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 
 
 class Row(Protocol):
@@ -15,7 +33,60 @@ class Row(Protocol):
     def __getitem__(self, key: str, /) -> Any: ...
 
 
-def message(row: Row) -> dict[str, Any]:
+class MessageMedia(TypedDict):
+    """A file attached to a message, as the carrier handed it over."""
+
+    contentType: str
+    url: str
+
+
+# Functional form: `from` is a Python keyword.
+Message = TypedDict(
+    "Message",
+    {
+        "id": str,
+        "createdAt": Timestamp,
+        "direction": Direction,
+        "from": str,
+        "to": str,
+        "text": str,
+        "media": list[MessageMedia],
+        "numberId": str,
+        "conversationId": str,
+        "status": MessageStatus,
+    },
+)
+Message.__doc__ = "An SMS message to or from one of the workspace's numbers."
+
+Call = TypedDict(
+    "Call",
+    {
+        "id": str,
+        "createdAt": Timestamp,
+        "direction": Direction,
+        "from": str,
+        "to": str,
+        "status": CallStatus,
+        "durationSeconds": int | None,
+        "numberId": str,
+        "conversationId": str,
+    },
+)
+Call.__doc__ = "A call record on one of the workspace's numbers."
+
+
+class EventEnvelope(TypedDict):
+    """What every webhook delivery carries, and what `POST /v1/events` answers. Its bytes are
+    made once, when the event is stored, and sent as they are on every attempt."""
+
+    id: str
+    type: str
+    apiVersion: str
+    createdAt: Timestamp
+    data: Mapping[str, Any]
+
+
+def message(row: Row) -> Message:
     return {
         "id": row["id"],
         "createdAt": isoformat(row["created_at"]),
@@ -30,7 +101,7 @@ def message(row: Row) -> dict[str, Any]:
     }
 
 
-def call(row: Row) -> dict[str, Any]:
+def call(row: Row) -> Call:
     return {
         "id": row["id"],
         "createdAt": isoformat(row["created_at"]),
@@ -41,48 +112,4 @@ def call(row: Row) -> dict[str, Any]:
         "durationSeconds": row["duration_seconds"],
         "numberId": row["number_id"],
         "conversationId": row["conversation_id"],
-    }
-
-
-def conversation(row: Row) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "contact": row["contact"],
-        "createdAt": isoformat(row["created_at"]),
-        "lastItemAt": isoformat(row["last_item_at"]),
-        "lastItemKind": row["last_item_kind"],
-        "numberId": row["number_id"],
-        "status": row["status"],
-    }
-
-
-def webhook(row: Row, default_concurrency: int) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "createdAt": isoformat(row["created_at"]),
-        "disabledAt": isoformat_or_none(row["disabled_at"]),
-        "disabledReason": row["disabled_reason"],
-        "events": list(row["events"]),
-        "name": row["name"],
-        "numberIds": None if row["number_ids"] is None else list(row["number_ids"]),
-        "url": row["url"],
-        "maxConcurrency": row["max_concurrency"] or default_concurrency,
-    }
-
-
-def delivery(row: Row) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "webhookId": row["webhook_id"],
-        "attempts": row["attempts"],
-        "createdAt": isoformat(row["created_at"]),
-        "deliveredAt": isoformat_or_none(row["delivered_at"]),
-        "event": row["event_type"],
-        "lastError": row["last_error"],
-        "nextAttemptAt": isoformat_or_none(row["next_attempt_at"]),
-        # The stored envelope bytes, embedded as they are (no parse and re-serialize).
-        "payload": orjson.Fragment(row["payload"]),
-        "responseMs": row["response_ms"],
-        "responseStatus": row["response_status"],
-        "status": row["status"],
     }

@@ -85,6 +85,7 @@ class _Stale(RequestFailed):
 class Response(NamedTuple):
     status: int
     retry_after: str | None
+    excerpt: bytes  # the body's first `excerpt_bytes` bytes (de-chunked)
 
 
 class Resolver(Protocol):
@@ -119,13 +120,16 @@ class Http1Client:
         resolver: Resolver | None = None,
         ssl_context: ssl.SSLContext | None = None,
         on_stage: Callable[[str], None] | None = None,
+        excerpt_bytes: int = 0,
     ) -> None:
-        """`headers` go into every request. `on_stage(name)` runs as each stage starts or ends
+        """`headers` go into every request; each Response keeps the first `excerpt_bytes`
+        bytes of its body. `on_stage(name)` runs as each stage starts or ends
         ("resolve", "connect": before; "send", "read": after) so tests can inject faults, as
         aiohttp's trace configs allow."""
         self.timeout = timeout
         self.allowed = tuple(allowed)
         self.limit = max(1, max_connections)
+        self.excerpt_bytes = excerpt_bytes
         self._fixed = b"".join(f"{k}: {v}\r\n".encode() for k, v in (headers or {}).items())
         self._resolver = resolver
         self._ssl = ssl_context
@@ -395,6 +399,7 @@ class _Connection(asyncio.Protocol):
         "buffer",
         "client",
         "closed",
+        "excerpt",
         "got_bytes",
         "idle",
         "idle_at",
@@ -425,12 +430,14 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = True
         self.left = 0  # bytes of the body (or of the chunk) still to come
         self.read = 0  # bytes of the body read
+        self.excerpt = bytearray()  # its first `client.excerpt_bytes` bytes
 
     def begin(self) -> asyncio.Future[Response]:
         self.reply = reply = asyncio.get_running_loop().create_future()
         self.state = _HEAD
         self.got_bytes = False
         self.read = 0
+        self.excerpt.clear()
         self.retry_after = None
         return reply
 
@@ -510,7 +517,7 @@ class _Connection(asyncio.Protocol):
         else:
             self.close(abort=self.state == _CUT)
         if not reply.done():
-            reply.set_result(Response(self.status, self.retry_after))
+            reply.set_result(Response(self.status, self.retry_after, bytes(self.excerpt)))
 
     def _feed(self, data: bytes) -> None:
         while data:
@@ -520,7 +527,7 @@ class _Connection(asyncio.Protocol):
             elif state == _LENGTH:
                 data = self._read_length(data)
             elif state == _UNTIL_CLOSE:
-                data = self._count(len(data))
+                data = self._body(data)
             else:
                 data = self._read_chunked(data)
             if self.state >= _DONE:
@@ -556,58 +563,20 @@ class _Connection(asyncio.Protocol):
 
     def _parse_head(self, head: bytes) -> None:
         lines = head.replace(b"\r\n", b"\n").split(b"\n")
-        line = lines[0]  # HTTP/1.1 200 OK
-        if (
-            len(line) < 12
-            or not line.startswith(b"HTTP/1.")
-            or line[7] not in b"01"
-            or line[8] != 0x20
-            or not line[9:12].isdigit()
-            or line[9] == 0x30  # 0xx
-            or (len(line) > 12 and line[12] != 0x20)
-        ):
-            raise RequestFailed(INVALID)
-        status = int(line[9:12])
-        keep_alive = line[7] == 0x31  # HTTP/1.0: close unless asked to keep alive
-        length: int | None = None
-        chunked = encoded = False
-        retry_after: str | None = None
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon:
-                if line[:1] in (b" ", b"\t"):
-                    continue  # an obsolete folded continuation line: nothing we read
-                raise RequestFailed(INVALID)
-            name = name.rstrip().lower()
-            if name == b"content-length":
-                value = value.strip()
-                if not value.isdigit() or (length is not None and int(value) != length):
-                    raise RequestFailed(INVALID)
-                length = int(value)
-            elif name == b"transfer-encoding":
-                encoded = True
-                chunked = value.rsplit(b",", 1)[-1].strip().lower() == b"chunked"
-            elif name == b"connection":
-                tokens = {token.strip() for token in value.lower().split(b",")}
-                if b"close" in tokens:
-                    keep_alive = False
-                elif b"keep-alive" in tokens:
-                    keep_alive = True
-            elif name == b"retry-after" and retry_after is None:
-                retry_after = value.strip().decode("utf-8", "surrogateescape")
-            elif not name:
-                raise RequestFailed(INVALID)
+        status, keep_alive = _status_line(lines[0])
+        fields = _headers(lines, keep_alive)
         if status < 200:  # 100 Continue, 103 Early Hints: the answer follows
             self.state = _HEAD
             return
+        length = fields.length
         self.status = status
-        self.retry_after = retry_after
-        self.keep_alive = keep_alive and not (encoded and length is not None)
+        self.retry_after = fields.retry_after
+        self.keep_alive = fields.keep_alive and not (fields.encoded and length is not None)
         if status in (204, 304):
             self.state = _DONE
-        elif chunked:
+        elif fields.chunked:
             self.state = _CHUNK_SIZE
-        elif encoded or length is None:
+        elif fields.encoded or length is None:
             self.state = _UNTIL_CLOSE
             self.keep_alive = False
         elif length == 0:
@@ -619,16 +588,23 @@ class _Connection(asyncio.Protocol):
     def _read_length(self, data: bytes) -> bytes:
         if len(data) < self.left:
             self.left -= len(data)
-            return self._count(len(data))
+            return self._body(data)
         rest = data[self.left :]
-        self._count(self.left)
+        self._body(data[: self.left])
         self.left = 0
         if self.state != _CUT:
             self.state = _DONE
         return rest
 
+    def _body(self, data: bytes) -> bytes:
+        """Body bytes: the first `excerpt_bytes` kept for the attempt log, all counted."""
+        room = self.client.excerpt_bytes - len(self.excerpt)
+        if room > 0:
+            self.excerpt += data[:room]
+        return self._count(len(data))
+
     def _count(self, size: int) -> bytes:
-        """Body bytes are counted, never kept; a body longer than MAX_BODY_BYTES is cut."""
+        """Bytes of the answer after its head are counted; beyond MAX_BODY_BYTES it is cut."""
         self.read += size
         if self.read > MAX_BODY_BYTES:
             self.state = _CUT
@@ -638,9 +614,9 @@ class _Connection(asyncio.Protocol):
         if self.state == _CHUNK_DATA:
             if len(data) < self.left:
                 self.left -= len(data)
-                return self._count(len(data))
+                return self._body(data)
             rest = data[self.left :]
-            self._count(self.left)
+            self._body(data[: self.left])
             self.left = 0
             if self.state != _CUT:
                 self.state = _CHUNK_END
@@ -677,3 +653,61 @@ class _Connection(asyncio.Protocol):
             line = bytes(self.buffer) + line
             self.buffer.clear()
         return (line[:-1] if line.endswith(b"\r") else line), data[end + 1 :]
+
+
+def _status_line(line: bytes) -> tuple[int, bool]:
+    """(status, keep-alive unless a header says otherwise) of `HTTP/1.1 200 OK`."""
+    if (
+        len(line) < 12
+        or not line.startswith(b"HTTP/1.")
+        or line[7] not in b"01"
+        or line[8] != 0x20
+        or not line[9:12].isdigit()
+        or line[9] == 0x30  # 0xx
+        or (len(line) > 12 and line[12] != 0x20)
+    ):
+        raise RequestFailed(INVALID)
+    return int(line[9:12]), line[7] == 0x31  # HTTP/1.0: close unless asked to keep alive
+
+
+class _Headers(NamedTuple):
+    """What the answer's header lines say about its body and the connection."""
+
+    length: int | None
+    chunked: bool
+    encoded: bool  # any Transfer-Encoding
+    keep_alive: bool
+    retry_after: str | None
+
+
+def _headers(lines: list[bytes], keep_alive: bool) -> _Headers:
+    """The header lines (after the status line) read for what the client needs."""
+    length: int | None = None
+    chunked = encoded = False
+    retry_after: str | None = None
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon:
+            if line[:1] in (b" ", b"\t"):
+                continue  # an obsolete folded continuation line: nothing we read
+            raise RequestFailed(INVALID)
+        name = name.rstrip().lower()
+        if name == b"content-length":
+            value = value.strip()
+            if not value.isdigit() or (length is not None and int(value) != length):
+                raise RequestFailed(INVALID)
+            length = int(value)
+        elif name == b"transfer-encoding":
+            encoded = True
+            chunked = value.rsplit(b",", 1)[-1].strip().lower() == b"chunked"
+        elif name == b"connection":
+            tokens = {token.strip() for token in value.lower().split(b",")}
+            if b"close" in tokens:
+                keep_alive = False
+            elif b"keep-alive" in tokens:
+                keep_alive = True
+        elif name == b"retry-after" and retry_after is None:
+            retry_after = value.strip().decode("utf-8", "surrogateescape")
+        elif not name:
+            raise RequestFailed(INVALID)
+    return _Headers(length, chunked, encoded, keep_alive, retry_after)

@@ -1,5 +1,9 @@
 """Results are buffered and written in batches: one `unnest` statement per flush, when the
-buffer is full or a few milliseconds have passed (as PgQueuer does)."""
+buffer is full or a few milliseconds have passed (as PgQueuer does).
+
+Each result carries its decision (`dispatcher.domain.outcomes`); the store executes a batch of
+them and says what came of it (given up, endpoints disabled), which is reported here.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from collections.abc import Callable
 
 import structlog
 
-from dispatcher import metrics
+from dispatcher import metrics, tracing
 from dispatcher.domain.clock import Clock
 from dispatcher.errors import DispatcherError
 from dispatcher.store import queue
@@ -75,6 +79,7 @@ class Recorder:
                 self._has_items.clear()
                 return True
             started = time.perf_counter()
+            span = tracing.record_started(len(batch)) if tracing.ENABLED else None
             try:
                 recorded = await queue.record(
                     self.db,
@@ -84,6 +89,8 @@ class Recorder:
                     disable_after=self.disable_after,
                 )
             except Exception as exc:  # keep the results; try again after a backoff
+                if span is not None:
+                    tracing.record_ended(span, exc)
                 if self._healthy:
                     if isinstance(exc, DispatcherError):
                         log.warning(
@@ -96,6 +103,8 @@ class Recorder:
             if not self._healthy:
                 log.info("recorder.recovered", buffered=len(self._buffer))
             self._healthy = True
+            if span is not None:
+                tracing.record_ended(span)
             metrics.RECORD_DURATION.observe(time.perf_counter() - started)
             metrics.RECORD_BATCH.observe(len(batch))
             del self._buffer[: len(batch)]
@@ -104,7 +113,7 @@ class Recorder:
             self._full.clear()
             if len(self._buffer) >= self.max_batch:
                 self._full.set()
-        self._report(batch, recorded)
+        self._report(recorded)
         self.on_flushed()
         return True
 
@@ -133,22 +142,17 @@ class Recorder:
             )
         return len(lost)
 
-    def _report(self, batch: list[queue.Result], recorded: queue.Recorded) -> None:
-        for result in batch:
-            if recorded.applied.get(result.id) != "failed":
-                continue
-            # Failed as decided (gone, exhausted), or a retry given up because the webhook
-            # was disabled or deleted while the attempt was in flight.
-            reason = "gone" if result.gone else "exhausted" if result.gave_up else "disabled"
-            metrics.GIVEN_UP.labels(reason).inc()
+    def _report(self, recorded: queue.Recorded) -> None:
+        for result, why in recorded.given_up:
+            metrics.GIVEN_UP.labels(why).inc()
             log.warning(
                 "delivery.given_up",
                 delivery_id=result.id,
                 webhook_id=result.webhook_id,
-                reason=reason,
+                reason=why.value,
                 attempts=result.attempts_before + 1,
                 last_error=result.last_error,
             )
         for webhook_id, reason in recorded.disabled.items():
             metrics.WEBHOOKS_DISABLED.labels(reason).inc()
-            log.warning("webhook.disabled", webhook_id=webhook_id, reason=reason)
+            log.warning("webhook.disabled", webhook_id=webhook_id, reason=reason.value)

@@ -19,8 +19,7 @@ import ipaddress
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple, Protocol
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -28,6 +27,7 @@ from aiohttp.resolver import DefaultResolver
 
 from dispatcher import __version__
 from dispatcher.domain.addresses import Network, blocked_reason
+from dispatcher.domain.outcomes import AttemptOutcome
 from dispatcher.domain.signing import secret_key, sign
 from dispatcher.domain.urls import InvalidUrl, parse_webhook_url
 from dispatcher.engine import http1
@@ -40,18 +40,42 @@ USER_AGENT = f"dispatcher/{__version__}"
 # Sent on every request. aiohttp also added `Accept: */*`: kept, so receivers see no change.
 FIXED_HEADERS = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "Accept": "*/*"}
 
+SUCCESS = AttemptOutcome.SUCCESS
+HTTP_ERROR = AttemptOutcome.HTTP_ERROR
+TIMEOUT = AttemptOutcome.TIMEOUT
+CONNECTION_ERROR = AttemptOutcome.CONNECTION_ERROR
+BLOCKED = AttemptOutcome.BLOCKED
 
-@dataclass(frozen=True)
-class Outcome:
-    kind: str  # success | http_error | timeout | connection_error | blocked
-    status: int | None
+
+class Outcome(NamedTuple):
+    """What one attempt came to, as the sender saw it (what it means for the delivery is
+    `dispatcher.domain.outcomes.decide`'s to say)."""
+
+    kind: AttemptOutcome
+    status: int | None  # the answer's status, when there was an answer
     elapsed_ms: int
-    error: str | None
-    retry_after: str | None = None
+    error: str | None  # in plain words, as `lastError` shows it; None for a success
+    retry_after: str | None = None  # the answer's Retry-After header, as sent
+    # The answer body's first bytes (DISPATCHER_RESPONSE_EXCERPT_BYTES), decoded as UTF-8
+    # with replacement; None without an answer or when none is kept.
+    response_body: str | None = None
 
     @property
     def succeeded(self) -> bool:
-        return self.kind == "success"
+        return self.kind == AttemptOutcome.SUCCESS
+
+
+class _Finish(Protocol):
+    """Makes an attempt's Outcome, timed from the start of `send`."""
+
+    def __call__(
+        self,
+        kind: AttemptOutcome,
+        status: int | None,
+        error: str | None,
+        retry_after: str | None = None,
+        excerpt: bytes | None = None,
+    ) -> Outcome: ...
 
 
 class GuardedResolver(AbstractResolver):
@@ -99,8 +123,10 @@ class Sender:
         resolver: AbstractResolver | None = None,
         trace_configs: Sequence[aiohttp.TraceConfig] = (),
         on_stage: Callable[[str], None] | None = None,
+        excerpt_bytes: int = 0,
     ) -> None:
         self.timeout = timeout
+        self.excerpt_bytes = excerpt_bytes
         self.allowed = tuple(allowed)
         self.max_connections = max_connections
         self.wall_clock = wall_clock
@@ -110,7 +136,7 @@ class Sender:
         self._client: Http1Client | None = None
         self._session: aiohttp.ClientSession | None = None
         self._keys: dict[str, bytes] = {}
-        self._verdicts: dict[str, tuple[str, str] | None] = {}
+        self._verdicts: dict[str, tuple[AttemptOutcome, str] | None] = {}
 
     async def start(self) -> None:
         if not self.trace_configs:
@@ -121,6 +147,7 @@ class Sender:
                 headers=FIXED_HEADERS,
                 resolver=self.inner_resolver,
                 on_stage=self.on_stage,
+                excerpt_bytes=self.excerpt_bytes,
             )
             return
         connector = aiohttp.TCPConnector(
@@ -155,7 +182,7 @@ class Sender:
             key = self._keys[secret] = secret_key(secret)
         return key
 
-    def _url_verdict(self, url: str) -> tuple[str, str] | None:
+    def _url_verdict(self, url: str) -> tuple[AttemptOutcome, str] | None:
         """(outcome kind, error) when the URL must not be attempted, else None: a URL the
         sender cannot parse, or a literal IP the guard refuses (names are judged after the
         lookup). Cached, since the same few URLs come back for every delivery."""
@@ -163,15 +190,15 @@ class Sender:
             return self._verdicts[url]
         except KeyError:
             pass
-        verdict: tuple[str, str] | None = None
+        verdict: tuple[AttemptOutcome, str] | None = None
         try:
             target = parse_webhook_url(url)
         except InvalidUrl as exc:
-            verdict = ("connection_error", f"the URL cannot be attempted: {exc}")
+            verdict = (CONNECTION_ERROR, f"the URL cannot be attempted: {exc}")
         else:
             reason = None if target.ip is None else blocked_reason(target.ip, self.allowed)
             if reason is not None:
-                verdict = ("blocked", f"blocked: {reason}")
+                verdict = (BLOCKED, f"blocked: {reason}")
         if len(self._verdicts) > 100_000:
             self._verdicts.clear()
         self._verdicts[url] = verdict
@@ -199,9 +226,18 @@ class Sender:
         assert self._client is not None or self._session is not None, "Sender.start() first"
         started = time.perf_counter()
 
-        def done(kind: str, status: int | None, error: str | None, **extra: Any) -> Outcome:
+        keep = self.excerpt_bytes > 0
+
+        def done(
+            kind: AttemptOutcome,
+            status: int | None,
+            error: str | None,
+            retry_after: str | None = None,
+            excerpt: bytes | None = None,
+        ) -> Outcome:
             elapsed = int((time.perf_counter() - started) * 1000)
-            return Outcome(kind, status, elapsed, error, **extra)
+            body = excerpt.decode("utf-8", "replace") if keep and excerpt is not None else None
+            return Outcome(kind, status, elapsed, error, retry_after, body)
 
         verdict = self._url_verdict(url)
         if verdict is not None:
@@ -215,18 +251,18 @@ class Sender:
                 timestamp,
                 signature.encode(),
             )
-            status, retry_after = await self._client.post(url, headers, body)
+            status, retry_after, excerpt = await self._client.post(url, headers, body)
         except TimeoutError:
-            return done("timeout", None, f"timeout after {self.timeout:g}s")
+            return done(TIMEOUT, None, f"timeout after {self.timeout:g}s")
         except BlockedAddress as exc:
-            return done("blocked", None, f"blocked: {exc}")
+            return done(BLOCKED, None, f"blocked: {exc}")
         except RequestFailed as exc:
-            return done("connection_error", None, str(exc))
+            return done(CONNECTION_ERROR, None, str(exc))
         except OSError as exc:
-            return done("connection_error", None, f"connection error: {exc.strerror or 'I/O'}")
+            return done(CONNECTION_ERROR, None, f"connection error: {exc.strerror or 'I/O'}")
         except Exception:  # any other fault at any stage is still a recorded, failed attempt
-            return done("connection_error", None, http1.UNEXPECTED)
-        return _answered(done, status, retry_after)
+            return done(CONNECTION_ERROR, None, http1.UNEXPECTED)
+        return _answered(done, status, retry_after, excerpt)
 
     async def _send_with_aiohttp(
         self,
@@ -234,7 +270,7 @@ class Sender:
         delivery_id: str,
         secrets: Sequence[str],
         body: bytes,
-        done: Callable[..., Outcome],
+        done: _Finish,
     ) -> Outcome:
         assert self._session is not None
         try:
@@ -244,54 +280,57 @@ class Sender:
                 headers=self.headers(delivery_id, secrets, body),
                 allow_redirects=False,
             ) as response:
-                complete = await _drain(response)
+                complete, excerpt = await _drain(response, self.excerpt_bytes)
                 if not complete:
                     response.close()  # do not keep a connection with unread bytes
-                return _answered(done, response.status, response.headers.get("Retry-After"))
+                retry_after = response.headers.get("Retry-After")
+                return _answered(done, response.status, retry_after, excerpt)
         except TimeoutError:
-            return done("timeout", None, f"timeout after {self.timeout:g}s")
+            return done(TIMEOUT, None, f"timeout after {self.timeout:g}s")
         except aiohttp.ClientConnectorDNSError as exc:
             if isinstance(exc.os_error, BlockedAddress):
-                return done("blocked", None, f"blocked: {exc.os_error}")
-            return done("connection_error", None, http1.DNS_FAILED)
+                return done(BLOCKED, None, f"blocked: {exc.os_error}")
+            return done(CONNECTION_ERROR, None, http1.DNS_FAILED)
         except aiohttp.ClientConnectorCertificateError:
-            return done("connection_error", None, http1.CERTIFICATE)
+            return done(CONNECTION_ERROR, None, http1.CERTIFICATE)
         except aiohttp.ClientSSLError:
-            return done("connection_error", None, http1.HANDSHAKE)
+            return done(CONNECTION_ERROR, None, http1.HANDSHAKE)
         except aiohttp.ClientConnectorError as exc:
             refused = isinstance(exc.os_error, ConnectionRefusedError)
-            return done(
-                "connection_error", None, http1.REFUSED if refused else http1.CONNECT_FAILED
-            )
+            return done(CONNECTION_ERROR, None, http1.REFUSED if refused else http1.CONNECT_FAILED)
         except aiohttp.ServerDisconnectedError:
-            return done("connection_error", None, http1.CLOSED)
+            return done(CONNECTION_ERROR, None, http1.CLOSED)
         except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError):
-            return done("connection_error", None, http1.INTERRUPTED)
+            return done(CONNECTION_ERROR, None, http1.INTERRUPTED)
         except aiohttp.ClientError:
-            return done("connection_error", None, "connection error: the request failed")
+            return done(CONNECTION_ERROR, None, "connection error: the request failed")
         except OSError as exc:
-            return done("connection_error", None, f"connection error: {exc.strerror or 'I/O'}")
+            return done(CONNECTION_ERROR, None, f"connection error: {exc.strerror or 'I/O'}")
         except Exception:  # any other fault at any stage is still a recorded, failed attempt
-            return done("connection_error", None, http1.UNEXPECTED)
+            return done(CONNECTION_ERROR, None, http1.UNEXPECTED)
 
 
-def _answered(done: Callable[..., Outcome], status: int, retry_after: str | None) -> Outcome:
+def _answered(done: _Finish, status: int, retry_after: str | None, excerpt: bytes) -> Outcome:
     """The outcome of an answer: 2xx is a success; anything else (a 3xx too: redirects are
     not followed) a failure that keeps Retry-After for the schedule."""
     if 200 <= status < 300:
-        return done("success", status, None)
+        return done(SUCCESS, status, None, None, excerpt)
     error = f"HTTP {status}"
     if 300 <= status < 400:
         error += " (redirects are not followed)"
-    return done("http_error", status, error, retry_after=retry_after)
+    return done(HTTP_ERROR, status, error, retry_after, excerpt)
 
 
-async def _drain(response: aiohttp.ClientResponse) -> bool:
-    """Read the body up to 64 KiB, then stop; True when the whole body was read."""
+async def _drain(response: aiohttp.ClientResponse, keep: int) -> tuple[bool, bytes]:
+    """Read the body up to 64 KiB, then stop; (True when the whole body was read, its first
+    `keep` bytes)."""
     read = 0
+    kept = bytearray()
     while read < MAX_RESPONSE_BYTES:
         chunk = await response.content.read(MAX_RESPONSE_BYTES - read)
         if not chunk:
-            return True
+            return True, bytes(kept)
+        if len(kept) < keep:
+            kept += chunk[: keep - len(kept)]
         read += len(chunk)
-    return response.content.at_eof()
+    return response.content.at_eof(), bytes(kept)

@@ -16,13 +16,15 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import structlog
 
-from dispatcher import metrics
+from dispatcher import metrics, tracing
+from dispatcher.domain import outcomes
 from dispatcher.domain.clock import Clock, SystemClock
-from dispatcher.domain.retry import RetryPolicy, parse_retry_after
+from dispatcher.domain.outcomes import AttemptOutcome
+from dispatcher.domain.retry import RetryPolicy
 from dispatcher.engine.recorder import Recorder
 from dispatcher.engine.sender import Outcome, Sender
 from dispatcher.errors import DispatcherError
@@ -66,6 +68,7 @@ class Engine:
             timeout=settings.request_timeout,
             allowed=settings.allowed_cidrs,
             max_connections=settings.max_in_flight,
+            excerpt_bytes=settings.response_excerpt_bytes,
         )
         self.recorder = Recorder(
             db,
@@ -150,9 +153,8 @@ class Engine:
                             delivery_ids=unfinished, error=str(exc))  # fmt: skip
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # A task that died has been reported by the supervisor: its error must not stop this.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
             # No longer alive: whatever this engine still holds (results it could not write)
             # is due again now rather than after the heartbeat timeout.
@@ -174,6 +176,12 @@ class Engine:
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The engine's long-running tasks, for the process's supervisor: each runs until
+        `stop`; one that ends sooner is a fault (dispatcher/supervision.py)."""
+        return list(self._tasks)
 
     # -- claiming ----------------------------------------------------------------------
 
@@ -279,14 +287,16 @@ class Engine:
         metrics.CLAIM_DURATION.observe(took)
         metrics.CLAIM_BATCH.observe(len(rows))
         metrics.ENGINE_LAST_CLAIM.set(time.time())
+        # The claim's span (tracing on, something claimed) is its attempts' parent.
+        parent = tracing.claimed(took, len(rows), asked) if tracing.ENABLED and rows else None
         for row in rows:
-            self._start_attempt(row)
+            self._start_attempt(row, parent)
         return len(rows), asked
 
-    def _start_attempt(self, claimed: queue.Claimed) -> None:
+    def _start_attempt(self, claimed: queue.Claimed, parent: tracing.Context | None = None) -> None:
         self._per_webhook[claimed.webhook_id] += 1
         self._limits[claimed.webhook_id] = claimed.max_concurrency
-        task = asyncio.create_task(self._attempt(claimed))
+        task = asyncio.create_task(self._attempt(claimed, parent))
         self._in_flight[claimed.id] = task
 
     def _webhooks_at_limit(self) -> int:
@@ -294,12 +304,26 @@ class Engine:
 
     # -- one attempt ---------------------------------------------------------------------
 
-    async def _attempt(self, claimed: queue.Claimed) -> None:
+    async def _attempt(self, claimed: queue.Claimed, parent: tracing.Context | None = None) -> None:
         """One attempt, always recorded: nothing raised while sending escapes this task (it
         would leave the delivery leased, unrecorded, and claimed again forever)."""
         started = time.perf_counter()
         try:
-            lag = (self.clock.now() - claimed.due_at).total_seconds()
+            started_at = self.clock.now()
+            lag = (started_at - claimed.due_at).total_seconds()
+            span = (
+                tracing.attempt_started(
+                    parent,
+                    url=claimed.url,
+                    delivery_id=claimed.id,
+                    webhook_id=claimed.webhook_id,
+                    event_id=claimed.event_id,
+                    attempt=claimed.attempts + 1,
+                    trace_context=claimed.trace_context,
+                )
+                if tracing.ENABLED
+                else None
+            )
             try:
                 outcome = await self.sender.send(
                     claimed.url, claimed.id, claimed.secrets, claimed.payload
@@ -308,15 +332,17 @@ class Engine:
                 log.exception("engine.attempt_fault", delivery_id=claimed.id)
                 elapsed = int((time.perf_counter() - started) * 1000)
                 outcome = Outcome(
-                    "connection_error",
+                    AttemptOutcome.CONNECTION_ERROR,
                     None,
                     elapsed,
                     "connection error: the request could not be completed",
                 )
-            result = self.decide(claimed, outcome)
+            result = self._result(claimed, outcome, started_at)
             self.recorder.add(result)
             with contextlib.suppress(Exception):  # metrics must never cost a record
                 self._observe(claimed, outcome, lag, result.finished_at)
+            if span is not None:  # (tracing hooks never raise)
+                tracing.attempt_ended(span, outcome.kind, outcome.status, outcome.error)
         finally:
             self._in_flight.pop(claimed.id, None)
             self._per_webhook[claimed.webhook_id] -= 1
@@ -341,34 +367,30 @@ class Engine:
             claimed.webhook_id,
         )
 
-    def decide(self, claimed: queue.Claimed, outcome: Outcome) -> queue.Result:
-        """What an attempt's outcome means for its delivery: done, again later, or given up."""
+    def _result(
+        self, claimed: queue.Claimed, outcome: Outcome, started_at: datetime
+    ) -> queue.Result:
+        """The attempt as it is recorded, with what the domain decides it means."""
         now = self.clock.now()
-        status, error, next_at, gave_up = "failed", outcome.error, None, True
-        gone = outcome.status == 410
-        if outcome.succeeded:
-            status, error, gave_up = "delivered", None, False
-        elif gone:
-            error = "HTTP 410 (gone: webhook disabled)"
-        else:
-            retry_after = None
-            if outcome.status in (429, 503):
-                retry_after = parse_retry_after(outcome.retry_after, now)
-            delay = self.policy.delay_after(claimed.attempts + 1, retry_after, self.rand)
-            if delay is not None:
-                status, next_at, gave_up = "pending", now + timedelta(seconds=delay), False
+        decision = outcomes.decide(
+            outcome.kind,
+            outcome.status,
+            attempts_made=claimed.attempts + 1,
+            policy=self.policy,
+            now=now,
+            retry_after=outcome.retry_after,
+            rand=self.rand,
+        )
         return queue.Result(
             id=claimed.id,
             webhook_id=claimed.webhook_id,
             attempts_before=claimed.attempts,
-            status=status,
             response_status=outcome.status,
             response_ms=outcome.elapsed_ms,
-            last_error=error,
-            delivered_at=now if outcome.succeeded else None,
-            next_attempt_at=next_at,
+            last_error=outcomes.last_error(decision, outcome.error),
             finished_at=now,
-            succeeded=outcome.succeeded,
-            gone=gone,
-            gave_up=gave_up,
+            decision=decision,
+            started_at=started_at,
+            outcome=outcome.kind,
+            response_body=outcome.response_body,
         )

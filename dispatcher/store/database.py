@@ -19,11 +19,18 @@ import orjson
 import structlog
 
 from dispatcher.errors import DatabaseUnavailable, DispatcherError
+from dispatcher.store.queries import Queries
 
 Record: TypeAlias = asyncpg.Record
 Connection: TypeAlias = "asyncpg.Connection[Record] | asyncpg.pool.PoolConnectionProxy[Record]"
 
 log = structlog.get_logger("dispatcher.store")
+
+
+class SQL(Queries, file="notifications.sql"):
+    notify: str
+    keepalive: str
+
 
 # Errors that mean "the server is not there (right now)", as opposed to a bad statement.
 # TimeoutError (a connect or acquire that took too long) is an OSError since Python 3.3;
@@ -225,7 +232,7 @@ class Database:
             try:
                 async with self.acquire() as conn:
                     for channel in channels:
-                        await conn.execute("SELECT pg_notify($1, '')", channel)
+                        await conn.execute(SQL.notify, channel)
             except DispatcherError as exc:  # a lost wake-up costs a probe interval, not work
                 log.debug("database.wake_failed", error=str(exc))
 
@@ -289,14 +296,6 @@ class Database:
     def size(self) -> int:
         """Connections open in the pool (0 before it is connected)."""
         return 0 if self._pool is None else self._pool.get_size()
-
-    async def ping(self) -> bool:
-        try:
-            async with self.acquire() as conn:
-                await conn.fetchval("SELECT 1")
-            return True
-        except DispatcherError:
-            return False
 
 
 async def fetch_one(conn: Connection, sql: str, *args: Any) -> Record:

@@ -2,7 +2,7 @@
 
 Every replica runs the loop; a transaction-scoped advisory lock lets exactly one do the work at
 a time, and each step is one transaction, so a replica dying mid-way leaves nothing half-done
-(the next run simply does the rest).
+(the next run simply does the rest). Statements in queries/maintenance.sql.
 """
 
 from __future__ import annotations
@@ -11,11 +11,26 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
+from dispatcher.domain.health import rollup_cutoffs
+from dispatcher.store import stats
 from dispatcher.store.database import Database
+from dispatcher.store.queries import Queries
 
 _LOCK_KEY = 0x64697372  # "disr"
 _PARTITION = re.compile(r"^deliveries_p(\d{8})$")
 PARTITIONS_AHEAD_DAYS = 2
+
+
+class SQL(Queries, file="maintenance.sql"):
+    try_lock: str
+    ensure_partitions: str
+    rows_in_default: str
+    delivery_partitions: str
+    bound_lock_waits: str
+    lock_day: str
+    day_has_pending: str
+    forget_queued: str
+    drop_day: str
 
 
 @dataclass
@@ -25,27 +40,25 @@ class Report:
     dropped: list[str] = field(default_factory=list)  # days, YYYYMMDD
     kept_pending: list[str] = field(default_factory=list)  # expired but still pending
     in_default: int = 0  # rows outside every daily partition
+    rollups_deleted: int = 0  # endpoint health rollup rows past their use or retention
 
 
 async def run_maintenance(db: Database, now: datetime, retention_days: int) -> Report:
     report = Report()
     today = now.date()
     async with db.transaction() as conn:
-        if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", _LOCK_KEY):
+        if not await conn.fetchval(SQL.try_lock, _LOCK_KEY):
             return report  # another replica is on it
         report.ran = True
         report.created = await conn.fetchval(
-            "SELECT dispatcher_ensure_partitions($1, $2)",
+            SQL.ensure_partitions,
             today - timedelta(days=1),
             today + timedelta(days=PARTITIONS_AHEAD_DAYS),
         )
-        report.in_default = await conn.fetchval(
-            "SELECT (SELECT count(*) FROM events_default)"
-            " + (SELECT count(*) FROM deliveries_default)"
-        )
-        names = await conn.fetch(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent = 'deliveries'::regclass"
+        report.in_default = await conn.fetchval(SQL.rows_in_default)
+        names = await conn.fetch(SQL.delivery_partitions)
+        report.rollups_deleted = await stats.forget_before(
+            conn, rollup_cutoffs(now, retention_days)
         )
     # A day's partition expires when its whole day is older than the retention period.
     cutoff = today - timedelta(days=retention_days)
@@ -67,27 +80,18 @@ def _day(suffix: str) -> date:
 
 
 async def _drop_day(db: Database, suffix: str) -> bool:
-    """Drop one day of events and deliveries together, unless a delivery there is pending."""
-    deliveries, events = f"deliveries_p{suffix}", f"events_p{suffix}"
+    """Drop one day of events, deliveries and their attempts together, unless a delivery there
+    is pending."""
+    day = _day(suffix)
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    end = start + timedelta(days=1)
     async with db.transaction() as conn:
-        if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", _LOCK_KEY):
+        if not await conn.fetchval(SQL.try_lock, _LOCK_KEY):
             return False
-        # Waits briefly for statements in flight; never stalls the claim path for long.
-        await conn.execute("SET LOCAL lock_timeout = '5s'")
-        # Locked first, so no retry or recover can make a row pending between check and drop.
-        await conn.execute(f"LOCK TABLE {deliveries} IN ACCESS EXCLUSIVE MODE")
-        if await conn.fetchval(
-            f"SELECT EXISTS (SELECT 1 FROM {deliveries} WHERE status = 'pending')"
-        ):
+        await conn.execute(SQL.bound_lock_waits)
+        await conn.execute(SQL.lock_day.format(day=suffix))
+        if await conn.fetchval(SQL.day_has_pending, start, end):
             return False
-        # Nothing pending means no queue row for that day; one left by a hand edit of the
-        # history would point at nothing once the day is gone.
-        day = _day(suffix)
-        await conn.execute(
-            "DELETE FROM delivery_queue WHERE created_at >= $1 AND created_at < $2",
-            datetime(day.year, day.month, day.day, tzinfo=UTC),
-            datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1),
-        )
-        await conn.execute(f"DROP TABLE {deliveries}")
-        await conn.execute(f"DROP TABLE IF EXISTS {events}")
+        await conn.execute(SQL.forget_queued, start, end)
+        await conn.execute(SQL.drop_day.format(day=suffix))
     return True

@@ -1,27 +1,57 @@
-"""Messages and call records, each written with its conversation update and its event in one
-transaction, so an event exists exactly when the change it describes does."""
+"""Messages and call records. Each is written with its conversation's update in one statement
+(the thread's upsert, conversations.sql's `touch`, as its first step), and an incoming one with
+its event in the same transaction, so an event exists exactly when the change it describes
+does. Statements in queries/messages.sql."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from dispatcher.domain import ids, resources
+from dispatcher.domain.enums import CallStatus, ConversationItemKind, Direction
 from dispatcher.store import conversations
 from dispatcher.store.database import Connection, Database, Record, fetch_one
-from dispatcher.store.events import append_event
-from dispatcher.store.notifications import CARRIER_CHANNEL, DELIVERIES_CHANNEL
+from dispatcher.store.events import NewEvent, append_event, append_events
+from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
+from dispatcher.store.queries import Queries
 
-COLUMNS = (
-    "id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text, "
-    "media, status, created_at"
-)
-CALL_COLUMNS = (
-    "id, workspace_id, number_id, conversation_id, direction, from_number, to_number, status, "
-    "duration_seconds, created_at"
-)
+
+class SQL(Queries, file="messages.sql"):
+    create_outgoing: str
+    create_incoming: str
+    create_call: str
+    message: str
+    messages_page: str
+    claim_carrier_due: str
+    move_statuses: str
+
+
+def _after_touch(rest: str) -> str:
+    """One statement: the conversation's update first (its parameters $1 to $7), as the CTE
+    `conversation` that `rest` reads."""
+    return f"WITH conversation AS (\n{conversations.SQL.touch}\n)\n{rest}"
+
+
+CREATE_OUTGOING = _after_touch(SQL.create_outgoing)
+CREATE_INCOMING = _after_touch(SQL.create_incoming)
+CREATE_CALL = _after_touch(SQL.create_call)
+
+
+def _touch(
+    workspace_id: str,
+    number_id: str,
+    contact: str,
+    at: datetime,
+    kind: ConversationItemKind,
+    *,
+    incoming: bool,
+) -> tuple[str, str, str, str, datetime, ConversationItemKind, bool]:
+    """The touch's parameters, $1 to $7 (conversations.sql)."""
+    return (ids.new_id(ids.CONVERSATION), workspace_id, number_id, contact, at, kind, incoming)
 
 
 async def create_outgoing(
@@ -35,36 +65,21 @@ async def create_outgoing(
     now: datetime,
     carrier_due_at: datetime,
 ) -> Record:
-    async with db.transaction() as conn:
-        conversation_id = await conversations.touch(
-            conn,
-            workspace_id=workspace_id,
-            number_id=number_id,
-            contact=to_number,
-            kind="sms_message",
-            incoming=False,
-            at=now,
-        )
+    """The message and its conversation's update in one statement: one round trip and one
+    commit, atomic without a transaction of our own."""
+    touch = _touch(
+        workspace_id, number_id, to_number, now, ConversationItemKind.SMS_MESSAGE, incoming=False
+    )
+    async with db.acquire() as conn:
         row = await fetch_one(
             conn,
-            f"""
-            INSERT INTO messages (id, workspace_id, number_id, conversation_id, direction,
-                from_number, to_number, text, media, status, created_at, updated_at,
-                carrier_due_at)
-            VALUES ($1, $2, $3, $4, 'outgoing', $5, $6, $7, '[]', 'queued', $8, $8, $9)
-            RETURNING {COLUMNS}
-            """,
+            CREATE_OUTGOING,
+            *touch,
             ids.new_id(ids.MESSAGE),
-            workspace_id,
-            number_id,
-            conversation_id,
             from_number,
-            to_number,
             text,
-            now,
             carrier_due_at,
         )
-    db.wake(CARRIER_CHANNEL)
     return row
 
 
@@ -79,43 +94,14 @@ async def create_incoming(
     media: list[dict[str, str]],
     now: datetime,
 ) -> Record:
+    touch = _touch(
+        workspace_id, number_id, from_number, now, ConversationItemKind.SMS_MESSAGE, incoming=True
+    )
     async with db.transaction() as conn:
-        conversation_id = await conversations.touch(
-            conn,
-            workspace_id=workspace_id,
-            number_id=number_id,
-            contact=from_number,
-            kind="sms_message",
-            incoming=True,
-            at=now,
-        )
         row = await fetch_one(
-            conn,
-            f"""
-            INSERT INTO messages (id, workspace_id, number_id, conversation_id, direction,
-                from_number, to_number, text, media, status, created_at, updated_at)
-            VALUES ($1, $2, $3, $4, 'incoming', $5, $6, $7, $8, 'received', $9, $9)
-            RETURNING {COLUMNS}
-            """,
-            ids.new_id(ids.MESSAGE),
-            workspace_id,
-            number_id,
-            conversation_id,
-            from_number,
-            to_number,
-            text,
-            media,
-            now,
+            conn, CREATE_INCOMING, *touch, ids.new_id(ids.MESSAGE), to_number, text, media
         )
-        await append_event(
-            conn,
-            workspace_id=workspace_id,
-            event_type="message.received",
-            number_id=number_id,
-            data=resources.message(row),
-            source="inbound",
-            created_at=now,
-        )
+        await _inbound_event(conn, "message.received", resources.message(row), row, now)
     db.wake(DELIVERIES_CHANNEL)
     return row
 
@@ -127,62 +113,52 @@ async def create_call(
     number_id: str,
     from_number: str,
     to_number: str,
-    direction: str,
-    status: str,
+    direction: Direction,
+    status: CallStatus,
     duration_seconds: int | None,
     event_type: str,
     now: datetime,
 ) -> Record:
-    incoming = direction == "incoming"
+    incoming = direction == Direction.INCOMING
+    contact = from_number if incoming else to_number
+    touch = _touch(
+        workspace_id, number_id, contact, now, ConversationItemKind.CALL_LOG, incoming=incoming
+    )
     async with db.transaction() as conn:
-        conversation_id = await conversations.touch(
-            conn,
-            workspace_id=workspace_id,
-            number_id=number_id,
-            contact=from_number if incoming else to_number,
-            kind="call_log",
-            incoming=incoming,
-            at=now,
-        )
         row = await fetch_one(
             conn,
-            f"""
-            INSERT INTO calls (id, workspace_id, number_id, conversation_id, direction,
-                from_number, to_number, status, duration_seconds, created_at)
-            VALUES ($1, $2, $3, $4, $10, $5, $6, $7, $8, $9)
-            RETURNING {CALL_COLUMNS}
-            """,
+            CREATE_CALL,
+            *touch,
             ids.new_id(ids.CALL),
-            workspace_id,
-            number_id,
-            conversation_id,
+            direction,
             from_number,
             to_number,
             status,
             duration_seconds,
-            now,
-            direction,
         )
-        await append_event(
-            conn,
-            workspace_id=workspace_id,
-            event_type=event_type,
-            number_id=number_id,
-            data=resources.call(row),
-            source="inbound",
-            created_at=now,
-        )
+        await _inbound_event(conn, event_type, resources.call(row), row, now)
     db.wake(DELIVERIES_CHANNEL)
     return row
 
 
+async def _inbound_event(
+    conn: Connection, event_type: str, data: Mapping[str, Any], row: Record, now: datetime
+) -> None:
+    """The event an inbound message or call makes, about `data` (the resource of `row`)."""
+    await append_event(
+        conn,
+        workspace_id=row["workspace_id"],
+        event_type=event_type,
+        number_id=row["number_id"],
+        data=data,
+        source="inbound",
+        created_at=now,
+    )
+
+
 async def get(db: Database, workspace_id: str, message_id: str) -> Record | None:
     async with db.acquire() as conn:
-        row: Record | None = await conn.fetchrow(
-            f"SELECT {COLUMNS} FROM messages WHERE workspace_id = $1 AND id = $2",
-            workspace_id,
-            message_id,
-        )
+        row: Record | None = await conn.fetchrow(SQL.message, workspace_id, message_id)
     return row
 
 
@@ -207,61 +183,42 @@ async def list_page(
     if direction is not None:
         filters.add("direction = {}", direction)
     async with db.acquire() as conn:
-        return await fetch_page(conn, f"SELECT {COLUMNS} FROM messages", filters, limit, after)
+        return await fetch_page(conn, SQL.messages_page, filters, limit, after)
 
 
 async def claim_carrier_due(conn: Connection, now: datetime, limit: int) -> Sequence[Record]:
     """Outgoing messages the carrier should move along now (inside the caller's transaction)."""
-    rows: Sequence[Record] = await conn.fetch(
-        f"""
-        SELECT {COLUMNS} FROM messages
-        WHERE status IN ('queued', 'sent') AND carrier_due_at <= $1
-        ORDER BY carrier_due_at
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED
-        """,
-        now,
-        limit,
-    )
+    rows: Sequence[Record] = await conn.fetch(SQL.claim_carrier_due, now, limit)
     return rows
 
 
-async def move_status(
-    conn: Connection,
-    message_id: str,
-    status: str,
-    *,
-    now: datetime,
-    carrier_due_at: datetime | None,
-    event_type: str | None,
-) -> Record:
-    """Move a message to `status`; appends `event_type` (if any) in the same transaction."""
-    row = await fetch_one(
-        conn,
-        f"UPDATE messages SET status = $2, updated_at = $3, carrier_due_at = $4 "
-        f"WHERE id = $1 RETURNING {COLUMNS}",
-        message_id,
-        status,
+@dataclass(frozen=True)
+class CarrierMove:
+    """One step of an outgoing message: its new status, when its next step is due (None:
+    none), and the event the step makes (None: none)."""
+
+    message_id: str
+    status: str
+    carrier_due_at: datetime | None
+    event_type: str | None
+
+
+async def move_statuses(conn: Connection, moves: Sequence[CarrierMove], *, now: datetime) -> int:
+    """Apply a batch of steps and append the events they make, in two statements whatever the
+    batch's size (inside the caller's transaction); returns the deliveries created."""
+    if not moves:
+        return 0
+    rows = await conn.fetch(
+        SQL.move_statuses,
+        [move.message_id for move in moves],
+        [move.status for move in moves],
+        [move.carrier_due_at for move in moves],
         now,
-        carrier_due_at,
     )
-    if event_type is not None:
-        data: dict[str, Any] = resources.message(row)
-        await append_event(
-            conn,
-            workspace_id=row["workspace_id"],
-            event_type=event_type,
-            number_id=row["number_id"],
-            data=data,
-            source="carrier",
-            created_at=now,
-        )
-    return row
-
-
-async def next_carrier_due(db: Database) -> datetime | None:
-    async with db.acquire() as conn:
-        due: datetime | None = await conn.fetchval(
-            "SELECT min(carrier_due_at) FROM messages WHERE status IN ('queued', 'sent')"
-        )
-    return due
+    event_types = {move.message_id: move.event_type for move in moves}
+    made = [
+        NewEvent(row["workspace_id"], event_type, row["number_id"], resources.message(row))
+        for row in rows
+        if (event_type := event_types[row["id"]]) is not None
+    ]
+    return await append_events(conn, made, source="carrier", created_at=now)

@@ -13,12 +13,11 @@ from typing import Any
 import structlog
 
 from dispatcher.errors import DispatcherError
-from dispatcher.store.database import DRIVER_ERRORS, connect
+from dispatcher.store.database import DRIVER_ERRORS, SQL, connect
 
 log = structlog.get_logger("dispatcher.store")
 
 DELIVERIES_CHANNEL = "dispatcher_deliveries"  # new deliveries: wakes the engines
-CARRIER_CHANNEL = "dispatcher_carrier"  # new outgoing messages: wakes the carrier
 WATCH_ERRORS: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, TimeoutError)
 
 
@@ -64,7 +63,7 @@ class Listener:
             try:
                 await asyncio.wait_for(lost.wait(), timeout=5.0)
             except TimeoutError:
-                await asyncio.wait_for(conn.fetchval("SELECT 1"), timeout=5.0)
+                await asyncio.wait_for(conn.fetchval(SQL.keepalive), timeout=5.0)
 
     def _notified(self, *_: Any) -> None:
         self.on_notify()

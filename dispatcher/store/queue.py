@@ -8,16 +8,30 @@ beating, any live engine hands its rows back, due at once. A result is recorded 
 claim that holds the row (`lease_owner` and `attempts` match), so a late result from an engine
 whose leases were handed back can never overwrite a newer one. The history (`deliveries`) is
 written once per attempt, by the recorder, in the same statement.
+
+What a result means (delivered, retried when, given up, the endpoint's failure clock and its
+disabling) is decided in `dispatcher.domain.outcomes`; `record` only executes the decisions.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple, TypeAlias
 
-from dispatcher.store import webhooks
+from dispatcher.domain import outcomes
+from dispatcher.domain.enums import DeliveryStatus, DisabledReason
+from dispatcher.domain.health import Settled
+from dispatcher.domain.outcomes import (
+    AttemptOutcome,
+    Decision,
+    Delivered,
+    GivenUp,
+    GiveUpReason,
+    RetryAt,
+)
+from dispatcher.store import stats, webhooks
 from dispatcher.store.database import Connection, Database
 
 # The engine's statements read a handful of rows through indexes, whatever the table sizes.
@@ -148,7 +162,8 @@ WHERE q.delivery_id = ranked.delivery_id
   AND e.created_at = q.created_at
 RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
           e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
-          w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency
+          w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
+          q.event_id, e.trace_context
 """
 
 
@@ -160,13 +175,13 @@ RECORD = """
 WITH r AS (
     SELECT *
     FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::timestamptz[],
-                $7::timestamptz[], $8::int[])
+                $7::timestamptz[], $8::int[], $10::timestamptz[], $11::text[], $12::text[])
          AS r(id, status, response_status, response_ms, last_error, delivered_at,
-              next_attempt_at, attempts_before)
+              next_attempt_at, attempts_before, started_at, outcome, response_body)
 ), held AS (
     -- Only results of attempts this engine still holds: a late one (its lease was handed
     -- back, the row claimed again or settled) is dropped.
-    SELECT q.delivery_id, q.created_at, r.*,
+    SELECT q.delivery_id, q.created_at, q.webhook_id, q.trigger, r.*,
            CASE WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
                 WHEN w.disabled_at IS NOT NULL AND NOT q.is_test THEN 'webhook disabled'
            END AS stop
@@ -178,10 +193,12 @@ WITH r AS (
     WHERE q.lease_owner IS NOT DISTINCT FROM $9 AND q.attempts = r.attempts_before
     FOR UPDATE OF q
 ), final AS (
-    -- An attempt that was made is always counted and its outcome written. A retry it would
-    -- have scheduled is given up instead when the webhook was disabled (test deliveries
-    -- excepted, as in the claim) or deleted while the attempt was in flight.
-    SELECT delivery_id, created_at, response_status, response_ms, delivered_at,
+    -- An attempt that was made is always counted and its outcome written, as decided
+    -- (domain/outcomes.py). A retry it would have scheduled is given up instead when the
+    -- webhook was disabled (test deliveries excepted, as in the claim) or deleted while the
+    -- attempt was in flight (GiveUpReason.DISABLED: only the database knows it now).
+    SELECT delivery_id, created_at, webhook_id, trigger, started_at, outcome, response_body,
+           response_status, response_ms, delivered_at,
            attempts_before + 1 AS attempts,
            CASE WHEN status = 'pending' AND stop IS NOT NULL THEN 'failed'
                 ELSE status END AS status,
@@ -190,13 +207,22 @@ WITH r AS (
            CASE WHEN status = 'pending' AND stop IS NOT NULL THEN NULL
                 ELSE next_attempt_at END AS next_attempt_at
     FROM held
+), logged AS (
+    -- The attempt log: every attempt written, as it happened (its error in lastError's words).
+    INSERT INTO delivery_attempts (id, delivery_id, webhook_id, delivery_created_at,
+                                   attempt_number, created_at, response_status, response_ms,
+                                   outcome, error, response_body, trigger)
+    SELECT dispatcher_new_id('WA'), delivery_id, webhook_id, created_at, attempts, started_at,
+           response_status, response_ms, outcome, last_error, response_body, trigger
+    FROM final
 ), settled AS (
     DELETE FROM delivery_queue q
     USING final f
     WHERE q.delivery_id = f.delivery_id AND f.status <> 'pending'
 ), again AS (
     UPDATE delivery_queue q
-    SET due_at = f.next_attempt_at, attempts = f.attempts, lease_owner = NULL
+    SET due_at = f.next_attempt_at, attempts = f.attempts, lease_owner = NULL,
+        trigger = 'schedule'
     FROM final f
     WHERE q.delivery_id = f.delivery_id AND f.status = 'pending'
 )
@@ -210,9 +236,11 @@ SET attempts = f.attempts,
     next_attempt_at = f.next_attempt_at
 FROM final f
 WHERE d.id = f.delivery_id AND d.created_at = f.created_at
-RETURNING d.id, d.status
+RETURNING d.id, d.status, d.created_at
 """
 
+# Executes `outcomes.ClockChange`s: a reset sets the clock (to the first failure after the
+# last success, or NULL), a start sets it only when it is not running.
 FAILING_CLOCK = """
 UPDATE webhooks w
 SET failing_since = CASE WHEN u.reset THEN u.fail_start
@@ -225,8 +253,7 @@ WHERE w.id = u.id
 """
 
 
-@dataclass(frozen=True)
-class Claimed:
+class Claimed(NamedTuple):
     """A delivery this engine holds the lease of, with all it needs to send it."""
 
     id: str
@@ -239,25 +266,24 @@ class Claimed:
     url: str
     secrets: tuple[str, ...]
     max_concurrency: int
+    event_id: str
+    trace_context: str | None  # the publishing span's W3C traceparent (dispatcher.tracing)
 
 
-@dataclass(frozen=True)
-class Result:
-    """The outcome of one attempt, as it will be recorded."""
+class Result(NamedTuple):
+    """One attempt and what it was decided to mean (`outcomes.decide`), as it is recorded."""
 
-    id: str
+    id: str  # the delivery's
     webhook_id: str
-    attempts_before: int
-    status: str  # pending | delivered | failed
+    attempts_before: int  # the delivery's attempts when claimed: fences off a late result
     response_status: int | None
     response_ms: int
-    last_error: str | None
-    delivered_at: datetime | None
-    next_attempt_at: datetime | None
+    last_error: str | None  # as `outcomes.last_error` words it
     finished_at: datetime
-    succeeded: bool
-    gone: bool  # the endpoint answered 410: disable it
-    gave_up: bool  # attempts exhausted: maybe disable it (failing)
+    decision: Decision
+    started_at: datetime  # for the attempt log
+    outcome: AttemptOutcome
+    response_body: str | None  # the answer's first bytes (DISPATCHER_RESPONSE_EXCERPT_BYTES)
 
 
 # How far the head walk may read, per row asked, and how many endpoints a short claim visits.
@@ -322,74 +348,152 @@ async def claim(
                 url=row["url"],
                 secrets=tuple(secrets_),
                 max_concurrency=row["max_concurrency"],
+                event_id=row["event_id"],
+                trace_context=row["trace_context"],
             )
         )
     return claimed
 
 
-@dataclass(frozen=True)
-class Recorded:
-    applied: dict[str, str]  # delivery id -> status now recorded, for results written
-    disabled: dict[str, str]  # webhook id -> reason, for webhooks disabled by this batch
+class Recorded(NamedTuple):
+    """What a batch's record did, for the engine to report."""
+
+    # Results written whose delivery is now failed, with why: their decision's, or
+    # `disabled` for a retry given up because the webhook stopped while it was in flight.
+    given_up: list[tuple[Result, GiveUpReason]]
+    disabled: dict[str, DisabledReason]  # webhook id -> why, for those this batch disabled
 
 
 async def record(
     db: Database, *, owner: str, results: Sequence[Result], now: datetime, disable_after: float
 ) -> Recorded:
-    """Write a batch of results in one transaction: the deliveries (one statement), each
-    endpoint's failure clock, and the disabling of endpoints that are gone or failing."""
+    """Execute a batch of decisions in one transaction: the deliveries (one statement), the
+    endpoints' health rollups (one statement), then each endpoint's failure clock and the
+    disabling of endpoints that are gone or failing, as `outcomes` decides from what was
+    written (a late result is neither written nor counted).
+
+    Rows several engines share are locked in one order in every engine: the rollups (in key
+    order), then webhooks (by id)."""
     if not results:
-        return Recorded({}, {})
+        return Recorded([], {})
+    columns = _record_columns(results)
     async with db.transaction() as conn:
         await conn.execute(INDEX_WALKS_ONLY)
-        rows = await conn.fetch(
-            RECORD,
-            [r.id for r in results],
-            [r.status for r in results],
-            [r.response_status for r in results],
-            [r.response_ms for r in results],
-            [r.last_error for r in results],
-            [r.delivered_at for r in results],
-            [r.next_attempt_at for r in results],
-            [r.attempts_before for r in results],
-            owner,
-        )
-        statuses: dict[str, str] = {row["id"]: row["status"] for row in rows}
-        applied = [r for r in results if r.id in statuses]
+        rows = await conn.fetch(RECORD, *columns[:8], owner, *columns[8:])
+        failed = {row["id"] for row in rows if row["status"] == DeliveryStatus.FAILED}
+        written = {row["id"]: row for row in rows}
+        applied = [r for r in results if r.id in written]
+        # Endpoint health: the attempts written and the deliveries they settled.
+        settled = [
+            Settled(r.webhook_id, row["created_at"], row["status"])
+            for r in applied
+            if (row := written[r.id])["status"] != DeliveryStatus.PENDING
+        ]
+        await stats.record_batch(conn, applied, settled)
         await _update_failure_clocks(conn, applied)
-        disabled: dict[str, str] = {}
-        gone = sorted({r.webhook_id for r in applied if r.gone})
-        for webhook_id in await webhooks.disable(conn, gone, "gone", now):
-            disabled[webhook_id] = "gone"
-        gave_up = sorted({r.webhook_id for r in applied if r.gave_up} - set(gone))
-        if gave_up:
-            failing = await conn.fetch(
-                "SELECT id FROM webhooks WHERE id = ANY($1::text[]) AND failing_since <= $2",
-                gave_up,
-                now - timedelta(seconds=disable_after),
-            )
-            ids = [row["id"] for row in failing]
-            for webhook_id in await webhooks.disable(conn, ids, "failing", now):
-                disabled[webhook_id] = "failing"
-    return Recorded(statuses, disabled)
+        disabled = await _disable_endpoints(conn, applied, now, timedelta(seconds=disable_after))
+    given_up = [
+        (r, r.decision.why if type(r.decision) is GivenUp else GiveUpReason.DISABLED)
+        for r in applied
+        if r.id in failed
+    ]
+    return Recorded(given_up, disabled)
+
+
+_RecordColumns: TypeAlias = tuple[
+    list[str],
+    list[str],
+    list[int | None],
+    list[int],
+    list[str | None],
+    list[datetime | None],
+    list[datetime | None],
+    list[int],
+    list[datetime],
+    list[str],
+    list[str | None],
+]
+
+
+def _record_columns(results: Sequence[Result]) -> _RecordColumns:
+    """The RECORD statement's arrays ($1..$8, $10..$12): each decision as the columns that
+    store it, and the attempt as the log keeps it."""
+    ids: list[str] = []
+    statuses: list[str] = []
+    codes: list[int | None] = []
+    durations: list[int] = []
+    errors: list[str | None] = []
+    delivered_at: list[datetime | None] = []
+    next_attempt_at: list[datetime | None] = []
+    attempts_before: list[int] = []
+    started: list[datetime] = []
+    kinds: list[str] = []
+    bodies: list[str | None] = []
+    for r in results:
+        decision = r.decision
+        ids.append(r.id)
+        statuses.append(decision.status)
+        codes.append(r.response_status)
+        durations.append(r.response_ms)
+        errors.append(r.last_error)
+        delivered_at.append(decision.at if type(decision) is Delivered else None)
+        next_attempt_at.append(decision.at if type(decision) is RetryAt else None)
+        attempts_before.append(r.attempts_before)
+        started.append(r.started_at)
+        kinds.append(r.outcome)
+        bodies.append(r.response_body)
+    return (
+        ids,
+        statuses,
+        codes,
+        durations,
+        errors,
+        delivered_at,
+        next_attempt_at,
+        attempts_before,
+        started,
+        kinds,
+        bodies,
+    )
 
 
 async def _update_failure_clocks(conn: Connection, applied: Sequence[Result]) -> None:
-    """Per endpoint: any success resets its clock; failures after the last success start it."""
-    by_webhook: dict[str, tuple[bool, datetime | None]] = {}
-    for result in sorted(applied, key=lambda r: r.finished_at):
-        reset, fail_start = by_webhook.get(result.webhook_id, (False, None))
-        if result.succeeded:
-            by_webhook[result.webhook_id] = (True, None)
-        elif fail_start is None:
-            by_webhook[result.webhook_id] = (reset, result.finished_at)
-    if by_webhook:
+    """Apply the failure clocks' changes (`outcomes.failure_clocks`) in one statement."""
+    # By webhook id: two engines updating the same endpoints lock their rows in one order.
+    changes = sorted(outcomes.failure_clocks(applied).items())
+    if changes:
         await conn.execute(
             FAILING_CLOCK,
-            list(by_webhook),
-            [v[0] for v in by_webhook.values()],
-            [v[1] for v in by_webhook.values()],
+            [webhook_id for webhook_id, _ in changes],
+            [c.reset for _, c in changes],
+            [c.failing_from for _, c in changes],
         )
+
+
+async def _disable_endpoints(
+    conn: Connection, applied: Sequence[Result], now: datetime, disable_after: timedelta
+) -> dict[str, DisabledReason]:
+    """Disable the endpoints the batch's give-ups call for: gone ones at once, failing ones
+    when their failure clock (as just updated, read under this transaction) says so."""
+    to_disable = outcomes.endpoints_to_disable(applied)
+    disabled: dict[str, DisabledReason] = {}
+    if to_disable.gone:
+        for webhook_id in await webhooks.disable(conn, to_disable.gone, DisabledReason.GONE, now):
+            disabled[webhook_id] = DisabledReason.GONE
+    if to_disable.maybe_failing:
+        clocks = await conn.fetch(
+            "SELECT id, failing_since FROM webhooks WHERE id = ANY($1::text[])",
+            to_disable.maybe_failing,
+        )
+        failing = [
+            row["id"]
+            for row in clocks
+            if outcomes.failing_too_long(row["failing_since"], now, disable_after)
+        ]
+        if failing:
+            for webhook_id in await webhooks.disable(conn, failing, DisabledReason.FAILING, now):
+                disabled[webhook_id] = DisabledReason.FAILING
+    return disabled
 
 
 async def release(db: Database, *, owner: str, delivery_ids: Sequence[str], now: datetime) -> int:
@@ -430,8 +534,7 @@ WHERE q.lease_owner IS NOT NULL
 """
 
 
-@dataclass(frozen=True)
-class Beat:
+class Beat(NamedTuple):
     registered: bool  # this engine was not (or no longer) known as alive before this beat
     taken_over: int  # leases of dead engines handed back by this beat
 

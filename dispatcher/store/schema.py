@@ -45,8 +45,18 @@ from dispatcher.store.database import (
     terminate,
     translate,
 )
+from dispatcher.store.queries import Queries
 
 log = structlog.get_logger("dispatcher.schema")
+
+
+class SQL(Queries, file="schema_versions.sql"):
+    lock_schema: str
+    bound_lock_waits: str
+    record_version: str
+    has_versions: str
+    version: str
+
 
 _LOCK_KEY = 0x64697370  # "disp"
 # The first release's schema; a database is never older than this.
@@ -234,7 +244,7 @@ async def _step(
     for attempt in range(1, lock_attempts + 1):
         try:
             async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+                await conn.execute(SQL.lock_schema, _LOCK_KEY)
                 found = await _version(conn)
                 name, sql, version = _next(schema, found)
                 if sql is None:
@@ -243,7 +253,7 @@ async def _step(
                 started = time.monotonic()
                 # After the advisory lock: waiting for another replica's migration is not
                 # bounded, waiting for a table behind live traffic is.
-                await conn.execute(f"SET LOCAL lock_timeout = {round(lock_timeout * 1000)}")
+                await conn.execute(SQL.bound_lock_waits, str(round(lock_timeout * 1000)))
                 try:
                     await conn.execute(sql)
                 except asyncpg.LockNotAvailableError:
@@ -256,9 +266,7 @@ async def _step(
                     if await _version(conn) != version:
                         raise SchemaError(f"schema.sql did not record version {version}")
                 else:
-                    await conn.execute(
-                        "INSERT INTO dispatcher_schema (version) VALUES ($1)", version
-                    )
+                    await conn.execute(SQL.record_version, version)
             log.info("schema.applied", name=name, version=version,
                      seconds=round(time.monotonic() - started, 3))  # fmt: skip
             return found, name
@@ -295,9 +303,9 @@ def _next(schema: Schema, found: int | None) -> tuple[str, str | None, int]:
 
 async def _version(conn: Connection) -> int | None:
     """The recorded version, or None when there is no dispatcher_schema table at all."""
-    if not await conn.fetchval("SELECT to_regclass('dispatcher_schema') IS NOT NULL"):
+    if not await conn.fetchval(SQL.has_versions):
         return None
-    version: int | None = await conn.fetchval("SELECT max(version) FROM dispatcher_schema")
+    version: int | None = await conn.fetchval(SQL.version)
     if version is None:
         raise SchemaError("dispatcher_schema is empty: this database was not made by dispatcher")
     return version
@@ -318,8 +326,7 @@ async def apply_schema(db: Database) -> int:
 
 async def current_version(db: Database) -> int | None:
     async with db.acquire() as conn:
-        exists = await conn.fetchval("SELECT to_regclass('dispatcher_schema') IS NOT NULL")
-        if not exists:
+        if not await conn.fetchval(SQL.has_versions):
             return None
-        version: int | None = await conn.fetchval("SELECT max(version) FROM dispatcher_schema")
+        version: int | None = await conn.fetchval(SQL.version)
         return version

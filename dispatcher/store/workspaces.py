@@ -1,4 +1,4 @@
-"""Workspaces, their phone numbers and their API keys."""
+"""Workspaces, their phone numbers and their API keys. Statements in queries/workspaces.sql."""
 
 from __future__ import annotations
 
@@ -6,17 +6,32 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import asyncpg
 
 from dispatcher.domain import ids
 from dispatcher.errors import Conflict, NotFound
-from dispatcher.store.database import Connection, Database, Record
+from dispatcher.store.database import Database
 from dispatcher.store.key_cache import ApiKey, KeyCache
+from dispatcher.store.queries import Queries
 
 __all__ = ["ApiKey"]  # with the functions below; ApiKey's home is key_cache
 
 KEY_PREFIX = "dk_"
+
+
+class SQL(Queries, file="workspaces.sql"):
+    insert_workspace: str
+    insert_number: str
+    insert_key: str
+    revoke_key: str
+    live_key: str
+    find_numbers: str
+    lock_demo: str
+    any_workspace: str
+    offer_instance_secret: str
+    instance_secret: str
 
 
 def hash_key(key: str) -> bytes:
@@ -26,9 +41,7 @@ def hash_key(key: str) -> bytes:
 async def create_workspace(db: Database, name: str, *, demo: bool = False) -> str:
     workspace_id = ids.new_id(ids.WORKSPACE)
     async with db.acquire() as conn:
-        await conn.execute(
-            "INSERT INTO workspaces (id, name, demo) VALUES ($1, $2, $3)", workspace_id, name, demo
-        )
+        await conn.execute(SQL.insert_workspace, workspace_id, name, demo)
     return workspace_id
 
 
@@ -36,12 +49,7 @@ async def add_number(db: Database, workspace_id: str, number: str) -> str:
     number_id = ids.new_id(ids.NUMBER)
     async with db.acquire() as conn:
         try:
-            await conn.execute(
-                "INSERT INTO phone_numbers (id, workspace_id, number) VALUES ($1, $2, $3)",
-                number_id,
-                workspace_id,
-                number,
-            )
+            await conn.execute(SQL.insert_number, number_id, workspace_id, number)
         except asyncpg.ForeignKeyViolationError as exc:
             raise NotFound(f"workspace {workspace_id} does not exist") from exc
         except asyncpg.UniqueViolationError as exc:
@@ -56,11 +64,7 @@ async def create_key(db: Database, workspace_id: str, scopes: Sequence[str]) -> 
     async with db.acquire() as conn:
         try:
             await conn.execute(
-                "INSERT INTO api_keys (id, workspace_id, key_hash, scopes) VALUES ($1, $2, $3, $4)",
-                key_id,
-                workspace_id,
-                hash_key(key),
-                sorted(set(scopes)),
+                SQL.insert_key, key_id, workspace_id, hash_key(key), sorted(set(scopes))
             )
         except asyncpg.ForeignKeyViolationError as exc:
             raise NotFound(f"workspace {workspace_id} does not exist") from exc
@@ -71,11 +75,7 @@ async def revoke_key(db: Database, key_id: str, cache: KeyCache | None = None) -
     """Revoke a key. The trigger on api_keys tells every process to forget the keys it keeps;
     this process's `cache` forgets them before this returns, whatever the notification does."""
     async with db.acquire() as conn:
-        done = await conn.fetchval(
-            "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 "
-            "RETURNING id",
-            key_id,
-        )
+        done = await conn.fetchval(SQL.revoke_key, key_id)
     if cache is not None:
         cache.clear()
     if done is None:
@@ -92,11 +92,7 @@ async def find_key(db: Database, key: str, cache: KeyCache | None = None) -> Api
             return cached
         generation = cache.generation
     async with db.acquire() as conn:
-        row = await conn.fetchrow(
-            "SELECT id, workspace_id, key_hash, scopes FROM api_keys "
-            "WHERE key_hash = $1 AND revoked_at IS NULL",
-            digest,
-        )
+        row = await conn.fetchrow(SQL.live_key, digest)
     if row is None or not hmac.compare_digest(bytes(row["key_hash"]), digest):
         return None
     found = ApiKey(row["id"], row["workspace_id"], frozenset(row["scopes"]))
@@ -105,28 +101,33 @@ async def find_key(db: Database, key: str, cache: KeyCache | None = None) -> Api
     return found
 
 
-async def find_number(conn: Connection, workspace_id: str, ref: str) -> Record | None:
-    """A workspace's number by its id (`PN…`) or its E.164 form."""
-    column = "id" if ref.startswith(ids.NUMBER) else "number"
-    row: Record | None = await conn.fetchrow(
-        f"SELECT id, number FROM phone_numbers WHERE workspace_id = $1 AND {column} = $2",
-        workspace_id,
-        ref,
-    )
-    return row
+@dataclass(frozen=True)
+class PhoneNumber:
+    """One of a workspace's numbers: its id (`PN…`) and its E.164 form."""
+
+    id: str
+    number: str
 
 
-async def missing_numbers(
-    conn: Connection, workspace_id: str, number_ids: Sequence[str]
-) -> list[str]:
-    """Those of `number_ids` that are not the workspace's numbers."""
-    rows = await conn.fetch(
-        "SELECT id FROM phone_numbers WHERE workspace_id = $1 AND id = ANY($2::text[])",
-        workspace_id,
-        list(number_ids),
-    )
-    found = {r["id"] for r in rows}
-    return [n for n in number_ids if n not in found]
+async def find_numbers(
+    db: Database, workspace_id: str, refs: Sequence[str], *, e164: bool = False
+) -> dict[str, PhoneNumber]:
+    """The one answer to "are these the workspace's numbers?": those of `refs` that are,
+    keyed by the ref that named them; a ref that is not (or is another workspace's) is absent.
+
+    A ref is a number's id; with `e164`, a ref may also be the number in E.164 form (where the
+    interface takes either, as a message's `from`). Ids and E.164 forms never look alike
+    (`PN…` against `+…`), so one statement matches both.
+    """
+    async with db.acquire() as conn:
+        rows = await conn.fetch(SQL.find_numbers, workspace_id, list(refs), e164)
+    found: dict[str, PhoneNumber] = {}
+    for row in rows:
+        number = PhoneNumber(row["id"], row["number"])
+        found[number.id] = number
+        if e164:
+            found[number.number] = number
+    return {ref: found[ref] for ref in refs if ref in found}
 
 
 async def create_demo_if_empty(db: Database, number: str, scopes: Sequence[str]) -> str | None:
@@ -135,26 +136,15 @@ async def create_demo_if_empty(db: Database, number: str, scopes: Sequence[str])
     Runs under an advisory lock so that replicas starting together make one demo, once.
     """
     async with db.transaction() as conn:
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('dispatcher-demo'))")
-        if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM workspaces)"):
+        await conn.execute(SQL.lock_demo)
+        if await conn.fetchval(SQL.any_workspace):
             return None
         workspace_id = ids.new_id(ids.WORKSPACE)
         key = KEY_PREFIX + secrets.token_urlsafe(32)
+        await conn.execute(SQL.insert_workspace, workspace_id, "Demo", True)
+        await conn.execute(SQL.insert_number, ids.new_id(ids.NUMBER), workspace_id, number)
         await conn.execute(
-            "INSERT INTO workspaces (id, name, demo) VALUES ($1, 'Demo', true)", workspace_id
-        )
-        await conn.execute(
-            "INSERT INTO phone_numbers (id, workspace_id, number) VALUES ($1, $2, $3)",
-            ids.new_id(ids.NUMBER),
-            workspace_id,
-            number,
-        )
-        await conn.execute(
-            "INSERT INTO api_keys (id, workspace_id, key_hash, scopes) VALUES ($1, $2, $3, $4)",
-            ids.new_id(ids.API_KEY),
-            workspace_id,
-            hash_key(key),
-            sorted(scopes),
+            SQL.insert_key, ids.new_id(ids.API_KEY), workspace_id, hash_key(key), sorted(scopes)
         )
     return key
 
@@ -162,12 +152,6 @@ async def create_demo_if_empty(db: Database, number: str, scopes: Sequence[str])
 async def instance_secret(db: Database, name: str) -> bytes:
     """A random secret shared by every replica (made by whichever starts first)."""
     async with db.acquire() as conn:
-        await conn.execute(
-            "INSERT INTO instance_secrets (name, value) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            name,
-            secrets.token_bytes(32),
-        )
-        value: bytes = await conn.fetchval(
-            "SELECT value FROM instance_secrets WHERE name = $1", name
-        )
+        await conn.execute(SQL.offer_instance_secret, name, secrets.token_bytes(32))
+        value: bytes = await conn.fetchval(SQL.instance_secret, name)
     return bytes(value)

@@ -181,6 +181,7 @@ async def test_inbound_message(client: TestClient[Any, Any], ws: Workspace, db: 
     assert msg["media"] == [{"contentType": "image/png", "url": "https://example.com/a.png"}]
     async with db.acquire() as conn:
         event = await conn.fetchrow("SELECT type, number_id, payload FROM events")
+    assert event is not None
     assert event["type"] == "message.received"
     assert event["number_id"] == ws.number_id
     assert f'"id":"{msg["id"]}"' in event["payload"]

@@ -114,10 +114,12 @@ async def test_a_body_is_refused_and_changes_nothing(
             assert {e["message"] for e in error["errors"]} == {"unknown field"}
         assert await state(db) == before, body
     # No body at all, or an empty object, is the endpoint's ordinary call.
-    for body, content_type in ACCEPTED:
+    for accepted, content_type in ACCEPTED:
         method, path, success = call(await make_hook(client, ws, db), endpoint)
-        resp = await client.request(method, path, data=body, headers=send_headers(ws, content_type))
-        assert resp.status == success, (body, content_type, await resp.text())
+        resp = await client.request(
+            method, path, data=accepted, headers=send_headers(ws, content_type)
+        )
+        assert resp.status == success, (accepted, content_type, await resp.text())
 
 
 async def test_reading_endpoints_refuse_a_body_too(

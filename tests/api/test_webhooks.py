@@ -113,6 +113,7 @@ async def test_patch_semantics(client: TestClient[Any, Any], ws: Workspace) -> N
     assert (await ok({"maxConcurrency": None}))["maxConcurrency"] == 10
     # Bad values change nothing.
     before = await (await client.get(f"/v1/webhooks/{hid}", headers=ws.headers)).json()
+    bad: dict[str, Any]
     for bad in ({"url": None}, {"events": None}, {"enabled": None}, {"events": []},
                 {"events": ["nope.nope"]}, {"enabled": "yes"}, {"colour": 1},
                 {"numberIds": ["PN" + "0" * 32]}):  # fmt: skip

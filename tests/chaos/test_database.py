@@ -64,8 +64,9 @@ async def test_connections_terminated_during_a_drain(
     except AssertionError:
         async with db.acquire() as conn:
             rows = await conn.fetch(
-                "SELECT status, lease_owner IS NOT NULL AS leased,"
-                " next_attempt_at > now() AS future, count(*) FROM deliveries GROUP BY 1, 2, 3"
+                "SELECT d.status, q.lease_owner IS NOT NULL AS leased,"
+                " d.next_attempt_at > now() AS future, count(*) FROM deliveries d"
+                " LEFT JOIN delivery_queue q ON q.delivery_id = d.id GROUP BY 1, 2, 3"
             )
         raise AssertionError(
             f"stuck: {[tuple(r) for r in rows]} in_flight={engine.in_flight} "

@@ -122,8 +122,7 @@ async def test_tls_endpoint_with_a_bad_certificate(
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
     await site.start()
-    assert site._server is not None
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     try:
         hook = await subscribe(client, ws, f"https://127.0.0.1:{port}/hook")
         await publish(client, ws)

@@ -102,7 +102,7 @@ async def test_failing_endpoint_is_disabled_after_five_days(
     async def disabled() -> bool:
         engine.poke()
         got = await client.get(f"/v1/webhooks/{hook['id']}", headers=ws.headers)
-        return (await got.json())["disabledReason"] == "failing"
+        return bool((await got.json())["disabledReason"] == "failing")
 
     clock.advance(1)
     engine.poke()

@@ -120,7 +120,7 @@ async def test_gone_gives_up_and_disables(
 
     async def disabled() -> bool:
         got = await client.get(f"/v1/webhooks/{hook['id']}", headers=ws.headers)
-        return (await got.json())["disabledReason"] == "gone"
+        return bool((await got.json())["disabledReason"] == "gone")
 
     await wait_for(disabled, message="webhook disabled as gone")
     delivery = await only_delivery(client, ws, hook["id"])

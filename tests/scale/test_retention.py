@@ -15,7 +15,8 @@ async def partitions(db: Database) -> set[str]:
     async with db.acquire() as conn:
         rows = await conn.fetch(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent IN ('deliveries'::regclass, 'events'::regclass)"
+            "WHERE i.inhparent IN ('deliveries'::regclass, 'events'::regclass, "
+            "'delivery_attempts'::regclass)"
         )
     return {r["relname"] for r in rows}
 
@@ -45,6 +46,14 @@ async def history_on(db: Database, ws: Workspace, day: date, status: str, n: int
                 "CASE WHEN $4::text = 'pending' THEN $5::timestamptz END)",
                 ws.id, hook, event_id, status, moment,
             )  # fmt: skip
+            # Its attempt in the log, which leaves with the delivery's day.
+            await conn.execute(
+                "INSERT INTO delivery_attempts (id, delivery_id, webhook_id, "
+                "delivery_created_at, attempt_number, created_at, response_ms, outcome, "
+                "trigger) SELECT dispatcher_new_id('WA'), id, webhook_id, created_at, 1, "
+                "created_at, 5, 'http_error', 'schedule' FROM deliveries WHERE event_id = $1",
+                event_id,
+            )
 
 
 async def test_expired_settled_days_are_dropped_and_pending_ones_kept(
@@ -66,15 +75,18 @@ async def test_expired_settled_days_are_dropped_and_pending_ones_kept(
     assert f"{old_pending:%Y%m%d}" in report.kept_pending
     left = await partitions(db)
     assert f"deliveries_p{suffix}" not in left and f"events_p{suffix}" not in left
+    assert f"delivery_attempts_p{suffix}" not in left
+    assert f"delivery_attempts_p{old_pending:%Y%m%d}" in left
     assert f"deliveries_p{old_pending:%Y%m%d}" in left
     assert f"deliveries_p{recent:%Y%m%d}" in left
     # Partitions exist ahead of time.
     assert f"deliveries_p{today + timedelta(days=2):%Y%m%d}" in left
     async with db.acquire() as conn:
         counts = await conn.fetchrow(
-            "SELECT (SELECT count(*) FROM deliveries) d, (SELECT count(*) FROM events) e"
+            "SELECT (SELECT count(*) FROM deliveries) d, (SELECT count(*) FROM events) e, "
+            "(SELECT count(*) FROM delivery_attempts) a"
         )
-    assert counts is not None and (counts["d"], counts["e"]) == (6, 6)
+    assert counts is not None and (counts["d"], counts["e"], counts["a"]) == (6, 6, 6)
     # Once the pending deliveries settle, their day goes too.
     async with db.acquire() as conn:
         await conn.execute("UPDATE deliveries SET status = 'failed', next_attempt_at = NULL")

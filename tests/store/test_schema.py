@@ -1,4 +1,5 @@
-"""schema.sql: applied once, its outbox function in step with the Python envelope."""
+"""schema.sql: applied once; the envelope its outbox function stores carries the API version
+the code names (dispatcher.domain.events.API_VERSION)."""
 
 from __future__ import annotations
 

@@ -16,14 +16,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher.api.app import create_app
 from dispatcher.api.context import SCOPES, Services
 from dispatcher.domain import ids, signing
-from dispatcher.domain.clock import FakeClock
-from dispatcher.domain.events import TEST_EVENT, envelope
+from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.domain.events import API_VERSION, TEST_EVENT
 from dispatcher.engine.worker import Engine
 from dispatcher.settings import Settings
 from dispatcher.store import schema, workspaces
@@ -66,14 +67,16 @@ async def seed_version_one(url: str, hook_url: str) -> tuple[str, str, dict[str,
             by_state[state] = await conn.fetchval(
                 "SELECT id FROM deliveries WHERE event_id = $1", event_id
             )
-        # A `POST .../test` delivery as version 1 made it: its own event, source 'test'.
+        # A `POST .../test` delivery as version 1 made it: its own event, source 'test', its
+        # envelope serialized by the service.
         now = datetime.now(UTC)
         event_id, delivery_id = ids.new_id(ids.EVENT), ids.new_id(ids.DELIVERY)
+        payload = {"id": event_id, "type": TEST_EVENT, "apiVersion": API_VERSION,
+                   "createdAt": isoformat(now), "data": {"id": webhook_id}}  # fmt: skip
         await conn.execute(
             "INSERT INTO events (id, workspace_id, type, source, payload, created_at) "
             "VALUES ($1, $2, $3, 'test', $4, $5)",
-            event_id, workspace_id, TEST_EVENT,
-            envelope(event_id, TEST_EVENT, now, {"id": webhook_id}), now,
+            event_id, workspace_id, TEST_EVENT, orjson.dumps(payload).decode(), now,
         )  # fmt: skip
         await conn.execute(
             "INSERT INTO deliveries (id, workspace_id, webhook_id, event_id, event_type, "

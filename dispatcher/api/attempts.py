@@ -1,0 +1,74 @@
+"""The attempt log: every attempt of a delivery, and every attempt to an endpoint."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from dispatcher.api.context import Services, requires
+from dispatcher.api.http import json_response
+from dispatcher.api.operations import operation
+from dispatcher.api.pagination import Pager
+from dispatcher.api.query import choice, instant_parameter, read_instant, read_query
+from dispatcher.api.resources import Attempt, Page, attempt
+from dispatcher.domain.enums import Scope
+from dispatcher.domain.outcomes import AttemptOutcome
+from dispatcher.errors import FieldError, NotFound, ValidationFailed
+from dispatcher.store import attempts, deliveries, webhooks
+from dispatcher.store.workspaces import ApiKey
+
+routes = web.RouteTableDef()
+
+SINCE = instant_parameter("since", "attempts started at or after this time (inclusive)")
+UNTIL = instant_parameter("until", "attempts started before this time (exclusive)")
+WEBHOOK_ATTEMPT_FILTERS = (choice("outcome", AttemptOutcome), SINCE, UNTIL)
+
+
+@routes.get("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/attempts")
+@requires(Scope.WEBHOOKS_READ)
+@operation(200, Page[Attempt])
+async def list_delivery_attempts(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """A delivery's attempts, newest first."""
+    webhook_id = request.match_info["webhook_id"]
+    delivery_id = request.match_info["delivery_id"]
+    pager = Pager(
+        request, svc.cursor_key, "attempts", {"webhookId": webhook_id, "deliveryId": delivery_id}
+    )
+    found = await deliveries.get(svc.db, key.workspace_id, webhook_id, delivery_id)
+    if found is None:
+        raise NotFound("delivery not found")
+    page = await attempts.list_for_delivery(
+        svc.db,
+        webhook_id,
+        delivery_id,
+        found["created_at"],
+        limit=pager.limit,
+        after=pager.after,
+    )
+    return json_response(pager.render(page, [attempt(row) for row in page.rows]))
+
+
+@routes.get("/v1/webhooks/{webhook_id}/attempts")
+@requires(Scope.WEBHOOKS_READ)
+@operation(200, Page[Attempt], query=WEBHOOK_ATTEMPT_FILTERS)
+async def list_webhook_attempts(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """Every attempt to an endpoint, newest first, by outcome and start time."""
+    webhook_id = request.match_info["webhook_id"]
+    filters = {"webhookId": webhook_id, **read_query(request, WEBHOOK_ATTEMPT_FILTERS)}
+    since, until = read_instant(request, SINCE), read_instant(request, UNTIL)
+    if since is not None and until is not None and until < since:
+        raise ValidationFailed([FieldError("query.until", "must not be before since")])
+    pager = Pager(request, svc.cursor_key, "webhook-attempts", filters)
+    async with svc.db.acquire() as conn:
+        # A deleted webhook's attempts stay readable, as its deliveries do.
+        if not await webhooks.exists(conn, key.workspace_id, webhook_id, include_deleted=True):
+            raise NotFound("webhook not found")
+    page = await attempts.list_for_webhook(
+        svc.db,
+        webhook_id,
+        outcome=filters["outcome"],
+        since=since,
+        until=until,
+        limit=pager.limit,
+        after=pager.after,
+    )
+    return json_response(pager.render(page, [attempt(row) for row in page.rows]))

@@ -1,0 +1,94 @@
+"""Every closed set of values the interface speaks, each spelled once.
+
+The API's request models, its response resources, its query filters and the OpenAPI document
+all read these; the store compares against them where Python looks at a status. The values
+are part of the public interface and of the database (CHECK constraints in schema.sql), so a
+value is never renamed here alone. Each is a `StrEnum`: a member *is* its string (it compares
+equal to it, serialises as it with orjson, and binds as text with asyncpg), and the class
+lists the values in the order the interface documents them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Direction(StrEnum):
+    """Which way a message or a call went, seen from the workspace's number."""
+
+    INCOMING = "incoming"
+    OUTGOING = "outgoing"
+
+
+class MessageStatus(StrEnum):
+    """An SMS message's life: outgoing ones go queued -> sent -> delivered | undelivered;
+    incoming ones are received."""
+
+    QUEUED = "queued"
+    SENT = "sent"
+    DELIVERED = "delivered"
+    UNDELIVERED = "undelivered"
+    RECEIVED = "received"
+
+
+class CallStatus(StrEnum):
+    """A call record's status, as the carrier reports it; each has its `call.<status>` event."""
+
+    RINGING = "ringing"
+    ANSWERED = "answered"
+    COMPLETED = "completed"
+    MISSED = "missed"
+    FORWARDED = "forwarded"
+
+
+class ConversationStatus(StrEnum):
+    """The folder a conversation sits in (its `status`): new threads start open."""
+
+    OPEN = "open"
+    DONE = "done"
+
+
+class ConversationItemKind(StrEnum):
+    """What a conversation's latest item was (`lastItemKind`)."""
+
+    SMS_MESSAGE = "sms_message"
+    CALL_LOG = "call_log"
+
+
+class DeliveryStatus(StrEnum):
+    """A delivery's status as the API shows it: pending until delivered, or failed for good
+    (the engine's attempt outcomes and decisions are domain/outcomes.py's)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class AttemptTrigger(StrEnum):
+    """What made an attempt due (the attempt log's `trigger`)."""
+
+    SCHEDULE = "schedule"  # the first attempt after its event, or a retry on the schedule
+    MANUAL_RETRY = "manual_retry"  # POST .../deliveries/{id}/retry
+    RECOVER = "recover"  # POST .../recover
+    TEST = "test"  # POST .../test
+
+
+class DisabledReason(StrEnum):
+    """Why a webhook is disabled: by its owner, by the failure clock, or by a 410 Gone."""
+
+    MANUAL = "manual"
+    FAILING = "failing"
+    GONE = "gone"
+
+
+class Scope(StrEnum):
+    """What an API key may do; each keyed route requires exactly one."""
+
+    MESSAGES_READ = "messages:read"
+    MESSAGES_WRITE = "messages:write"
+    CONVERSATIONS_READ = "conversations:read"
+    CONVERSATIONS_WRITE = "conversations:write"
+    WEBHOOKS_READ = "webhooks:read"
+    WEBHOOKS_WRITE = "webhooks:write"
+    EVENTS_WRITE = "events:write"
+    INGEST_WRITE = "ingest:write"

@@ -1,0 +1,84 @@
+-- Deliveries as the API sees them: read, list, test, retry, recover (dispatcher/store/
+-- deliveries.py). New deliveries are made by schema.sql's dispatcher_add_deliveries alone, with
+-- their rows in the engine's queue; the engine's own statements are in dispatcher/store/queue.py.
+
+-- name: deliveries_page
+-- A page of deliveries with their events' payloads (store/pages.py adds the conditions, the
+-- order and the limit; columns are prefixed `d.`).
+SELECT d.id, d.webhook_id, d.attempts, d.created_at, d.delivered_at, d.event_type,
+       d.last_error, d.next_attempt_at, d.response_ms, d.response_status, d.status,
+       e.payload
+FROM deliveries d JOIN events e ON e.id = d.event_id AND e.created_at = d.created_at
+
+-- name: delivery
+-- One delivery of workspace $1's webhook $2, by id ($3), with its event's payload.
+SELECT d.id, d.webhook_id, d.attempts, d.created_at, d.delivered_at, d.event_type,
+       d.last_error, d.next_attempt_at, d.response_ms, d.response_status, d.status,
+       e.payload
+FROM deliveries d JOIN events e ON e.id = d.event_id AND e.created_at = d.created_at
+WHERE d.workspace_id = $1 AND d.webhook_id = $2 AND d.id = $3
+
+-- name: event_delivery
+-- Webhook $1's delivery of event $2 (created at $3: one partition), with the event's payload.
+SELECT d.id, d.webhook_id, d.attempts, d.created_at, d.delivered_at, d.event_type,
+       d.last_error, d.next_attempt_at, d.response_ms, d.response_status, d.status,
+       e.payload
+FROM deliveries d JOIN events e ON e.id = d.event_id AND e.created_at = d.created_at
+WHERE d.webhook_id = $1 AND d.event_id = $2 AND d.created_at = $3
+
+-- name: lock_delivery
+-- Lock delivery $3 of workspace $1's webhook $2 (it orders the retries of one delivery);
+-- returns its id, or nothing when there is no such delivery.
+SELECT id FROM deliveries
+WHERE workspace_id = $1 AND webhook_id = $2 AND id = $3
+FOR UPDATE
+
+-- name: lock_queued
+-- Lock delivery $1's row in the engine's queue, if it has one (it orders a retry against the
+-- claims, which skip locked rows); returns who holds its lease (NULL: nobody).
+SELECT lease_owner FROM delivery_queue WHERE delivery_id = $1 FOR UPDATE
+
+-- name: make_pending
+-- Make delivery $1 pending again, due at $2 (a retry, whatever its status).
+UPDATE deliveries SET status = 'pending', next_attempt_at = $2, delivered_at = NULL
+WHERE id = $1
+
+-- name: make_due
+-- Move queued delivery $1 to be due at $2, because of $3 (the attempt log's trigger).
+UPDATE delivery_queue SET due_at = $2, trigger = $3 WHERE delivery_id = $1
+
+-- name: requeue_failed
+-- Make webhook $1's failed deliveries created in [$2, $3) pending again, due at $4; returns
+-- their ids.
+UPDATE deliveries SET status = 'pending', next_attempt_at = $4
+WHERE webhook_id = $1 AND status = 'failed' AND created_at >= $2 AND created_at < $3
+RETURNING id
+
+-- name: enqueue
+-- Give the pending deliveries among $1 (made pending again: a retry, a recover) their rows in
+-- the engine's queue, due when the history says, because of $2 (the attempt log's trigger);
+-- one queued already is left as it is.
+INSERT INTO delivery_queue (delivery_id, created_at, webhook_id, event_id, is_test, due_at,
+                            attempts, trigger)
+SELECT id, created_at, webhook_id, event_id, event_type = 'webhook.test', next_attempt_at,
+       attempts, $2
+FROM deliveries
+WHERE id = ANY($1::text[]) AND status = 'pending'
+ON CONFLICT (delivery_id) DO NOTHING
+
+-- name: deliver_missed
+-- Deliveries for the events of workspace $2 created in [$3, $4) that webhook $1 hears and has
+-- no delivery of, due at $5, because of $6; returns how many were made. (Only the missed ones
+-- reach dispatcher_add_deliveries, which would skip the others too.)
+SELECT coalesce(sum(dispatcher_add_deliveries(e.id, e.created_at, e.workspace_id, e.type,
+                                              e.number_id, ARRAY[w.id], $5, $6)), 0)::int
+FROM webhooks w
+JOIN events e ON e.workspace_id = w.workspace_id
+WHERE w.id = $1 AND w.workspace_id = $2
+  AND e.created_at >= $3 AND e.created_at < $4
+  AND e.type = ANY (w.events)
+  AND (w.number_ids IS NULL OR e.number_id = ANY (w.number_ids))
+  AND NOT EXISTS (
+      SELECT 1 FROM deliveries d
+      WHERE d.webhook_id = w.id AND d.event_id = e.id AND d.created_at = e.created_at
+  )

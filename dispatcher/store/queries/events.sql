@@ -1,0 +1,34 @@
+-- Events, as the service publishes them (dispatcher/store/events.py). Every door ends in
+-- schema.sql's dispatcher_append_event, the one writer of `events`: it builds the envelope,
+-- stores the event and fans it out, so these statements only call it.
+
+-- name: append_event
+-- Publish one event: $1 id, $2 workspace, $3 type, $4 number id, $5 source, $6 data (JSON
+-- text), $7 created at, $8 idempotency key, $9 request fingerprint, $10 webhooks to deliver
+-- to instead of the subscribers (a test), $11 trace context. One row: (payload, fanned).
+SELECT dispatcher_append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+
+-- name: append_events
+-- Publish a batch of events (one per element of the arrays $1 ids, $2 workspaces, $3 types,
+-- $4 number ids, $5 data), from $6 source at $7, each with trace context $8; returns the
+-- deliveries made, in all.
+SELECT coalesce(sum((
+           dispatcher_append_event(new.id, new.workspace_id, new.type, new.number_id, $6,
+                                   new.data, $7, NULL, NULL, NULL, $8)
+       ).fanned), 0)::int
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::json[])
+    AS new (id, workspace_id, type, number_id, data)
+
+-- name: lock_idempotency_key
+-- Serialise the publishes of one workspace under one key ($1 workspace, $2 key), until the
+-- transaction ends.
+SELECT pg_advisory_xact_lock(hashtext($1 || ':' || $2))
+
+-- name: find_idempotent_event
+-- The payload and request fingerprint of the latest event of workspace $1 published under
+-- key $2 since $3 (the idempotency window), if any.
+SELECT payload, request_fingerprint
+FROM events
+WHERE workspace_id = $1 AND idempotency_key = $2 AND created_at > $3
+ORDER BY created_at DESC
+LIMIT 1

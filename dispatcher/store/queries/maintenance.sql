@@ -1,0 +1,51 @@
+-- Partitions ahead of time, and retention by dropping whole days (dispatcher/store/
+-- maintenance.py). A table name cannot be a parameter: the statements on one day's partitions
+-- name it `..._p{day}`, `{day}` being the day as YYYYMMDD, which maintenance.py formats in
+-- (from partition names it has matched, digits only); nothing else is ever formatted in.
+
+-- name: try_lock
+-- Take the maintenance lock ($1) until the transaction ends, if no replica holds it; returns
+-- whether it was taken.
+SELECT pg_try_advisory_xact_lock($1)
+
+-- name: ensure_partitions
+-- Create the daily partitions from day $1 to day $2 that are missing; returns how many.
+SELECT dispatcher_ensure_partitions($1, $2)
+
+-- name: rows_in_default
+-- How many rows sit outside every daily partition (in the default ones).
+SELECT (SELECT count(*) FROM events_default) + (SELECT count(*) FROM deliveries_default)
+
+-- name: delivery_partitions
+-- The names of the partitions of `deliveries`.
+SELECT c.relname
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'deliveries'::regclass
+
+-- name: bound_lock_waits
+-- Wait at most 5 s for a lock, until the transaction ends: a drop waits briefly for the
+-- statements in flight, and never stalls the claim path for long.
+SET LOCAL lock_timeout = '5s'
+
+-- name: lock_day
+-- Lock one day of deliveries ({day}) first, so that no retry or recover can make a row pending
+-- between the check and the drop.
+LOCK TABLE deliveries_p{day} IN ACCESS EXCLUSIVE MODE
+
+-- name: day_has_pending
+-- Whether a delivery created in [$1, $2) (one day: its partition alone) is pending.
+SELECT EXISTS (
+    SELECT 1 FROM deliveries
+    WHERE created_at >= $1 AND created_at < $2 AND status = 'pending'
+)
+
+-- name: forget_queued
+-- Delete the queue rows of deliveries created in [$1, $2). (Nothing pending means none; one
+-- left by a hand edit of the history would point at nothing once the day is gone.)
+DELETE FROM delivery_queue WHERE created_at >= $1 AND created_at < $2
+
+-- name: drop_day
+-- Drop one day ({day}) of attempts, deliveries and events, together.
+DROP TABLE IF EXISTS delivery_attempts_p{day};
+DROP TABLE deliveries_p{day};
+DROP TABLE IF EXISTS events_p{day}

@@ -1,0 +1,93 @@
+-- Webhook subscriptions: create, read, update, delete, secrets, disabling
+-- (dispatcher/store/webhooks.py). A deleted webhook stays, marked (`deleted_at`): its
+-- deliveries' history still names it.
+
+-- name: create
+-- A new live subscription: $1 id, $2 workspace, $3 URL, $4 event types, $5 name, $6 number ids
+-- (NULL: every number), $7 signing secret, $8 concurrency limit (NULL: the default), $9 time.
+INSERT INTO webhooks (id, workspace_id, url, events, name, number_ids, secret, max_concurrency,
+                      created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+RETURNING id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
+          disabled_at, disabled_reason
+
+-- name: webhook
+-- Webhook $2 of workspace $1, unless deleted.
+SELECT id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
+       disabled_at, disabled_reason
+FROM webhooks
+WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
+
+-- name: exists
+-- Whether workspace $1 has webhook $2 (a deleted one counts when $3).
+SELECT EXISTS (
+    SELECT 1 FROM webhooks
+    WHERE workspace_id = $1 AND id = $2 AND ($3 OR deleted_at IS NULL)
+)
+
+-- name: webhooks_page
+-- A page of webhooks (store/pages.py adds the conditions, the order and the limit).
+SELECT id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
+       disabled_at, disabled_reason
+FROM webhooks
+
+-- name: give_up_pending
+-- Settle as failed, with error $2, the pending deliveries of webhooks $1 that are not in
+-- flight (leased ones are left to their attempt).
+WITH gone AS (
+    DELETE FROM delivery_queue
+    WHERE webhook_id = ANY($1::text[]) AND lease_owner IS NULL
+    RETURNING delivery_id, created_at
+)
+UPDATE deliveries d
+SET status = 'failed', last_error = $2, next_attempt_at = NULL
+FROM gone
+WHERE d.id = gone.delivery_id AND d.created_at = gone.created_at
+
+-- name: disable
+-- Disable the live webhooks among $1 at $2, for reason $3; returns those disabled.
+UPDATE webhooks SET disabled_at = $2, disabled_reason = $3
+WHERE id = ANY($1::text[]) AND disabled_at IS NULL AND deleted_at IS NULL
+RETURNING id
+
+-- name: lock_webhook
+-- Lock webhook $2 of workspace $1, unless deleted, for a change; returns whether it is
+-- disabled.
+SELECT id, disabled_at FROM webhooks
+WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
+FOR UPDATE
+
+-- name: update
+-- Apply a change to webhook $1: the URL ($3), event types ($5), name ($7), number ids ($9)
+-- and concurrency limit ($11) each change when its flag ($2, $4, $6, $8, $10) is true.
+UPDATE webhooks SET
+    url = CASE WHEN $2::boolean THEN $3 ELSE url END,
+    events = CASE WHEN $4::boolean THEN $5 ELSE events END,
+    name = CASE WHEN $6::boolean THEN $7 ELSE name END,
+    number_ids = CASE WHEN $8::boolean THEN $9 ELSE number_ids END,
+    max_concurrency = CASE WHEN $10::boolean THEN $11 ELSE max_concurrency END
+WHERE id = $1
+
+-- name: enable
+-- Make webhook $1 live again, its failure clock reset.
+UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL
+WHERE id = $1
+
+-- name: delete
+-- Mark webhook $2 of workspace $1 deleted at $3, unless it is already; returns its id.
+UPDATE webhooks SET deleted_at = $3
+WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
+RETURNING id
+
+-- name: secret
+-- The signing secret of webhook $2 of workspace $1, unless deleted.
+SELECT secret FROM webhooks
+WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
+
+-- name: rotate_secret
+-- A new signing secret $3 for webhook $2 of workspace $1, unless deleted; the previous one
+-- keeps signing beside it until $4. Returns its id.
+UPDATE webhooks
+SET previous_secret = secret, previous_secret_expires_at = $4, secret = $3
+WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
+RETURNING id

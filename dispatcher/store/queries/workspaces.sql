@@ -1,0 +1,46 @@
+-- Workspaces, their phone numbers and their API keys, and the fleet's shared secrets
+-- (dispatcher/store/workspaces.py).
+
+-- name: insert_workspace
+-- A workspace: $1 id, $2 name, $3 whether it is the demo.
+INSERT INTO workspaces (id, name, demo) VALUES ($1, $2, $3)
+
+-- name: insert_number
+-- Number $3 (E.164) of workspace $2, as $1.
+INSERT INTO phone_numbers (id, workspace_id, number) VALUES ($1, $2, $3)
+
+-- name: insert_key
+-- API key $1 of workspace $2: the SHA-256 of the key ($3) and its scopes ($4).
+INSERT INTO api_keys (id, workspace_id, key_hash, scopes) VALUES ($1, $2, $3, $4)
+
+-- name: revoke_key
+-- Revoke key $1 (now, unless revoked already); returns its id.
+UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1
+RETURNING id
+
+-- name: live_key
+-- The live key whose SHA-256 is $1.
+SELECT id, workspace_id, key_hash, scopes FROM api_keys
+WHERE key_hash = $1 AND revoked_at IS NULL
+
+-- name: find_numbers
+-- Those of refs $2 that are numbers of workspace $1: by id, or also by E.164 form when $3.
+SELECT id, number FROM phone_numbers
+WHERE workspace_id = $1 AND (id = ANY($2::text[]) OR ($3 AND number = ANY($2::text[])))
+
+-- name: lock_demo
+-- Serialise the making of the demo workspace (replicas starting together), until the
+-- transaction ends.
+SELECT pg_advisory_xact_lock(hashtext('dispatcher-demo'))
+
+-- name: any_workspace
+-- Whether the database has a workspace.
+SELECT EXISTS (SELECT 1 FROM workspaces)
+
+-- name: offer_instance_secret
+-- Store $2 as the fleet's secret named $1, unless there is one.
+INSERT INTO instance_secrets (name, value) VALUES ($1, $2) ON CONFLICT DO NOTHING
+
+-- name: instance_secret
+-- The fleet's secret named $1.
+SELECT value FROM instance_secrets WHERE name = $1
