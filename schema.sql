@@ -216,10 +216,10 @@ CREATE TABLE IF NOT EXISTS delivery_attempts (
     error                text,
     response_body        text,
     trigger              text NOT NULL,
-    PRIMARY KEY (id, delivery_created_at)
+    -- A delivery's attempts are numbered without a gap (the record fences each attempt on
+    -- the count before it): the key is also how a delivery's attempts are read.
+    PRIMARY KEY (delivery_id, attempt_number, delivery_created_at)
 ) PARTITION BY RANGE (delivery_created_at);
-CREATE INDEX IF NOT EXISTS delivery_attempts_delivery
-    ON delivery_attempts (delivery_id, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS delivery_attempts_webhook
     ON delivery_attempts (webhook_id, created_at DESC, id DESC);
 CREATE TABLE IF NOT EXISTS delivery_attempts_default PARTITION OF delivery_attempts DEFAULT;
@@ -290,7 +290,10 @@ CREATE TABLE IF NOT EXISTS webhook_stats_minutes (
     response_ms       integer[],
     delivered         integer NOT NULL,
     failed            integer NOT NULL,
-    PRIMARY KEY (webhook_id, minute)
+    -- The engine that wrote the row: each engine adds to rows of its own, so engines never
+    -- wait on one another's rows; reads add them up.
+    engine            text NOT NULL,
+    PRIMARY KEY (webhook_id, minute, engine)
 ) WITH (fillfactor = 70);
 CREATE INDEX IF NOT EXISTS webhook_stats_minutes_age ON webhook_stats_minutes USING brin (minute);
 CREATE TABLE IF NOT EXISTS webhook_stats_hours (
@@ -306,7 +309,8 @@ CREATE TABLE IF NOT EXISTS webhook_stats_hours (
     failed            integer NOT NULL,
     last_success_at   timestamptz,
     last_failure_at   timestamptz,
-    PRIMARY KEY (webhook_id, hour)
+    engine            text NOT NULL,
+    PRIMARY KEY (webhook_id, hour, engine)
 ) WITH (fillfactor = 70);
 CREATE INDEX IF NOT EXISTS webhook_stats_hours_age ON webhook_stats_hours USING brin (hour);
 

@@ -121,7 +121,7 @@ async def write_history(db: Database, webhook_id: str, workspace_id: str, n: int
                          "attempt_number", "created_at", "response_status", "response_ms",
                          "outcome", "trigger"],
             )  # fmt: skip
-            await stats.record_batch(conn, attempts, settled)
+            await stats.record_batch(conn, attempts, settled, "bench")
         done += len(attempts)
 
 

@@ -389,7 +389,7 @@ async def record(
             for r in applied
             if (row := written[r.id])["status"] != DeliveryStatus.PENDING
         ]
-        await stats.record_batch(conn, applied, settled)
+        await stats.record_batch(conn, applied, settled, owner)
         await _update_failure_clocks(conn, applied)
         disabled = await _disable_endpoints(conn, applied, now, timedelta(seconds=disable_after))
     given_up = [

@@ -58,13 +58,13 @@ def _upsert(table: str, key: str, latest: bool) -> str:
         else ""
     )
     return f"""
-    INSERT INTO {table} AS r (webhook_id, {key}, {_TOTALS}, response_ms{latest_columns})
-    SELECT webhook_id, starts_at, {_TOTALS}, response_ms{latest_columns}
+    INSERT INTO {table} AS r (webhook_id, {key}, {_TOTALS}, response_ms{latest_columns},
+                              engine)
+    SELECT webhook_id, starts_at, {_TOTALS}, response_ms{latest_columns}, $14
     FROM tally WHERE span = '{key}'
-    -- Rows are locked in key order, the same in every engine: concurrent records wait for
-    -- one another, never deadlock.
+    -- Each engine ($14) adds to rows of its own: engines never wait on one another here.
     ORDER BY webhook_id, starts_at
-    ON CONFLICT (webhook_id, {key}) DO UPDATE
+    ON CONFLICT (webhook_id, {key}, engine) DO UPDATE
     SET {totals},
         response_ms = CASE WHEN r.response_ms IS NULL THEN excluded.response_ms
                            WHEN excluded.response_ms IS NULL THEN r.response_ms
@@ -89,13 +89,16 @@ WITH tally AS (
 
 
 async def record_batch(
-    conn: Connection, attempts: Iterable[health.Attempted], settled: Iterable[health.Settled]
+    conn: Connection,
+    attempts: Iterable[health.Attempted],
+    settled: Iterable[health.Settled],
+    engine: str,
 ) -> None:
-    """Add a batch of recorded attempts, and the deliveries they settled, to the rollups (one
-    statement; in the record transaction)."""
+    """Add a batch of recorded attempts, and the deliveries they settled, to `engine`'s rows
+    of the rollups (one statement; in the record transaction)."""
     arguments = rollup_arguments(attempts, settled)
     if arguments is not None:
-        await conn.execute(RECORD_BATCH, *arguments)
+        await conn.execute(RECORD_BATCH, *arguments, engine)
 
 
 def rollup_arguments(
@@ -151,12 +154,15 @@ WITH rows AS (
 ), latest AS (
     -- Walking back the endpoint's hours to the latest one with a success (a failure): at
     -- most the hours kept, however long ago.
-    SELECT (SELECT last_success_at FROM webhook_stats_hours
-            WHERE webhook_id = $1 AND last_success_at IS NOT NULL
-            ORDER BY hour DESC LIMIT 1) AS last_success_at,
-           (SELECT last_failure_at FROM webhook_stats_hours
-            WHERE webhook_id = $1 AND last_failure_at IS NOT NULL
-            ORDER BY hour DESC LIMIT 1) AS last_failure_at
+    -- (every engine's rows of the latest such hour).
+    SELECT (SELECT max(last_success_at) FROM webhook_stats_hours
+            WHERE webhook_id = $1 AND hour = (
+                SELECT max(hour) FROM webhook_stats_hours
+                WHERE webhook_id = $1 AND last_success_at IS NOT NULL)) AS last_success_at,
+           (SELECT max(last_failure_at) FROM webhook_stats_hours
+            WHERE webhook_id = $1 AND hour = (
+                SELECT max(hour) FROM webhook_stats_hours
+                WHERE webhook_id = $1 AND last_failure_at IS NOT NULL)) AS last_failure_at
 )
 SELECT t.*, c.delivered AS changed_delivered, c.failed AS changed_failed,
        -- The queue holds exactly the pending deliveries: this costs the endpoint's backlog.

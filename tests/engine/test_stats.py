@@ -301,7 +301,7 @@ def answered(webhook_id: str, started_at: datetime, ms: int, ok: bool = True) ->
 
 async def roll_up(db: Database, attempts: list[Attempt]) -> None:
     async with db.transaction() as conn:
-        await stats.record_batch(conn, attempts, [])
+        await stats.record_batch(conn, attempts, [], "engine-a")
 
 
 async def test_every_window_counts_whole_minutes_over_minute_and_hour_rows(db: Database) -> None:
@@ -379,7 +379,7 @@ async def test_concurrent_records_add_up_without_deadlocks(db: Database) -> None
             batch = [answered(h, now - timedelta(minutes=rand.randrange(3)), 7) for h in hooks]
             rand.shuffle(batch)
             async with db.transaction() as conn:
-                await stats.record_batch(conn, batch, [])
+                await stats.record_batch(conn, batch, [], "engine-a")
                 await asyncio.sleep(0)  # hold the locks across a switch to the others
 
     await asyncio.gather(*(writer(seed) for seed in range(6)))
@@ -413,3 +413,21 @@ async def test_rollups_leave_with_retention(db: Database) -> None:
     assert week.attempts[AttemptOutcome.SUCCESS] == 0
     assert week.last_success_at == old  # of any time (within retention)
     assert week.last_failure_at == recent
+
+
+async def test_each_engine_writes_rows_of_its_own_and_reads_add_them_up(db: Database) -> None:
+    """Engines never wait on one another's rollup rows: each has its own, and the figures
+    are their sum."""
+    now = datetime.now(UTC)
+    for engine in ("engine-a", "engine-b", "engine-a"):
+        async with db.transaction() as conn:
+            await stats.record_batch(conn, [answered("WHx", now, 7)], [], engine)
+    async with db.acquire() as conn:
+        rows = await conn.fetchval(
+            "SELECT count(*) FROM webhook_stats_minutes WHERE webhook_id = 'WHx'"
+        )
+    assert rows == 2
+    figures = await stats.read(db, "WHx", now, StatsWindow.HOUR)
+    assert figures.attempts[AttemptOutcome.SUCCESS] == 3
+    assert sum(figures.histogram) == 3
+    assert figures.last_success_at is not None

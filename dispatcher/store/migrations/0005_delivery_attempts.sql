@@ -22,10 +22,10 @@ CREATE TABLE delivery_attempts (
     error                text,
     response_body        text,
     trigger              text NOT NULL,
-    PRIMARY KEY (id, delivery_created_at)
+    -- A delivery's attempts are numbered without a gap (the record fences each attempt on
+    -- the count before it): the key is also how a delivery's attempts are read.
+    PRIMARY KEY (delivery_id, attempt_number, delivery_created_at)
 ) PARTITION BY RANGE (delivery_created_at);
-CREATE INDEX delivery_attempts_delivery
-    ON delivery_attempts (delivery_id, created_at DESC, id DESC);
 CREATE INDEX delivery_attempts_webhook
     ON delivery_attempts (webhook_id, created_at DESC, id DESC);
 CREATE TABLE delivery_attempts_default PARTITION OF delivery_attempts DEFAULT;

@@ -36,7 +36,10 @@ CREATE TABLE webhook_stats_minutes (
     response_ms       integer[],
     delivered         integer NOT NULL,
     failed            integer NOT NULL,
-    PRIMARY KEY (webhook_id, minute)
+    -- The engine that wrote the row: each engine adds to rows of its own, so engines never
+    -- wait on one another's rows; reads add them up.
+    engine            text NOT NULL,
+    PRIMARY KEY (webhook_id, minute, engine)
 ) WITH (fillfactor = 70);
 CREATE INDEX webhook_stats_minutes_age ON webhook_stats_minutes USING brin (minute);
 CREATE TABLE webhook_stats_hours (
@@ -52,7 +55,8 @@ CREATE TABLE webhook_stats_hours (
     failed            integer NOT NULL,
     last_success_at   timestamptz,
     last_failure_at   timestamptz,
-    PRIMARY KEY (webhook_id, hour)
+    engine            text NOT NULL,
+    PRIMARY KEY (webhook_id, hour, engine)
 ) WITH (fillfactor = 70);
 CREATE INDEX webhook_stats_hours_age ON webhook_stats_hours USING brin (hour);
 
