@@ -58,10 +58,7 @@ async def list_webhook_attempts(request: web.Request, svc: Services, key: ApiKey
     if since is not None and until is not None and until < since:
         raise ValidationFailed([FieldError("query.until", "must not be before since")])
     pager = Pager(request, svc.cursor_key, "webhook-attempts", filters)
-    async with svc.db.acquire() as conn:
-        # A deleted webhook's attempts stay readable, as its deliveries do.
-        if not await webhooks.exists(conn, key.workspace_id, webhook_id, include_deleted=True):
-            raise NotFound("webhook not found")
+    await webhooks.require_readable(svc.db, key.workspace_id, webhook_id)
     page = await attempts.list_for_webhook(
         svc.db,
         webhook_id,

@@ -14,7 +14,6 @@ from dispatcher.api.query import choice
 from dispatcher.api.resources import WebhookStats, webhook_stats
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.health import StatsWindow
-from dispatcher.errors import NotFound
 from dispatcher.store import stats, webhooks
 from dispatcher.store.workspaces import ApiKey
 
@@ -39,9 +38,6 @@ async def get_webhook_stats(request: web.Request, svc: Services, key: ApiKey) ->
     """An endpoint's deliveries, attempts, response times and failure clock over a window."""
     window = StatsWindow(WINDOW.read(request) or DEFAULT_WINDOW)
     webhook_id = request.match_info["webhook_id"]
-    async with svc.db.acquire() as conn:
-        # A deleted webhook's stats stay readable, as its deliveries and attempts do.
-        if not await webhooks.exists(conn, key.workspace_id, webhook_id, include_deleted=True):
-            raise NotFound("webhook not found")
+    await webhooks.require_readable(svc.db, key.workspace_id, webhook_id)
     health = await stats.read(svc.db, webhook_id, svc.clock.now(), window)
     return json_response(webhook_stats(health))

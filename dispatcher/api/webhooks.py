@@ -55,8 +55,7 @@ async def _check_numbers(svc: Services, workspace_id: str, number_ids: list[str]
 
 
 async def _get_webhook(svc: Services, workspace_id: str, webhook_id: str) -> Record:
-    async with svc.db.acquire() as conn:
-        row = await webhooks.get(conn, workspace_id, webhook_id)
+    row = await webhooks.find(svc.db, workspace_id, webhook_id)
     if row is None:
         raise NotFound("webhook not found")
     return row
@@ -168,10 +167,7 @@ async def list_deliveries(request: web.Request, svc: Services, key: ApiKey) -> w
     webhook_id = request.match_info["webhook_id"]
     filters = {"webhookId": webhook_id, **read_query(request, DELIVERY_FILTERS)}
     pager = Pager(request, svc.cursor_key, "deliveries", filters)
-    async with svc.db.acquire() as conn:
-        # A deleted webhook's deliveries stay readable.
-        if not await webhooks.exists(conn, key.workspace_id, webhook_id, include_deleted=True):
-            raise NotFound("webhook not found")
+    await webhooks.require_readable(svc.db, key.workspace_id, webhook_id)
     page = await deliveries.list_page(
         svc.db,
         key.workspace_id,

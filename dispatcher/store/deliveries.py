@@ -105,7 +105,7 @@ async def retry(
         if found is None:
             raise NotFound("delivery not found")
         if hook["disabled_at"] is not None:
-            raise Conflict("the webhook is disabled; enable it (PATCH enabled=true) to retry")
+            raise Conflict("the webhook is disabled; enable it, then retry")
         # The history row's lock (above) orders retries of one delivery; the queue row's lock
         # orders this retry against claims (which skip locked rows).
         queued = await conn.fetchrow(SQL.lock_queued, delivery_id)
@@ -139,7 +139,7 @@ async def recover(
     async with db.transaction() as conn:
         hook = await _live_webhook(conn, workspace_id, webhook_id)
         if hook["disabled_at"] is not None:
-            raise Conflict("the webhook is disabled; enable it (PATCH enabled=true) to recover")
+            raise Conflict("the webhook is disabled; enable it, then recover")
         since = max(since, hook["created_at"])
         if until <= since:
             return 0

@@ -10,6 +10,7 @@ from typing import Any
 from dispatcher.domain import ids
 from dispatcher.domain.enums import DisabledReason
 from dispatcher.domain.signing import new_secret
+from dispatcher.errors import NotFound
 from dispatcher.store.database import Connection, Database, Record
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
@@ -76,6 +77,20 @@ async def exists(
 ) -> bool:
     found = await conn.fetchval(SQL.exists, workspace_id, webhook_id, include_deleted)
     return bool(found)
+
+
+async def find(db: Database, workspace_id: str, webhook_id: str) -> Record | None:
+    """The workspace's live webhook, or None."""
+    async with db.acquire() as conn:
+        return await get(conn, workspace_id, webhook_id)
+
+
+async def require_readable(db: Database, workspace_id: str, webhook_id: str) -> None:
+    """Raise NotFound unless the webhook is the workspace's; a deleted one's history (its
+    deliveries, attempts and health) stays readable."""
+    async with db.acquire() as conn:
+        if not await exists(conn, workspace_id, webhook_id, include_deleted=True):
+            raise NotFound("webhook not found")
 
 
 async def list_page(db: Database, workspace_id: str, *, limit: int, after: Position | None) -> Page:
