@@ -8,11 +8,11 @@ from dispatcher.api.context import Services, requires
 from dispatcher.api.http import json_response
 from dispatcher.api.operations import operation
 from dispatcher.api.pagination import Pager
-from dispatcher.api.query import choice, instant_parameter, read_instant, read_query
+from dispatcher.api.query import choice, instant_parameter, read_query, read_time_range
 from dispatcher.api.resources import Attempt, Page, attempt
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.outcomes import AttemptOutcome
-from dispatcher.errors import FieldError, NotFound, ValidationFailed
+from dispatcher.errors import NotFound
 from dispatcher.store import attempts, deliveries, webhooks
 from dispatcher.store.workspaces import ApiKey
 
@@ -54,9 +54,7 @@ async def list_webhook_attempts(request: web.Request, svc: Services, key: ApiKey
     """Every attempt to an endpoint, newest first, by outcome and start time."""
     webhook_id = request.match_info["webhook_id"]
     filters = {"webhookId": webhook_id, **read_query(request, WEBHOOK_ATTEMPT_FILTERS)}
-    since, until = read_instant(request, SINCE), read_instant(request, UNTIL)
-    if since is not None and until is not None and until < since:
-        raise ValidationFailed([FieldError("query.until", "must not be before since")])
+    since, until = read_time_range(request, SINCE, UNTIL)
     pager = Pager(request, svc.cursor_key, "webhook-attempts", filters)
     await webhooks.require_readable(svc.db, key.workspace_id, webhook_id)
     page = await attempts.list_for_webhook(

@@ -185,6 +185,16 @@ def read_instant(request: web.Request, parameter: QueryParameter) -> datetime | 
     return None if value is None else parse_instant(value)
 
 
+def read_time_range(
+    request: web.Request, since: QueryParameter, until: QueryParameter
+) -> tuple[datetime | None, datetime | None]:
+    """A list's `since` (inclusive) and `until` (exclusive); `until` before `since` is a 400."""
+    start, end = read_instant(request, since), read_instant(request, until)
+    if start is not None and end is not None and end < start:
+        raise _fail(until.name, f"must not be before {since.name}")
+    return start, end
+
+
 def read_query(request: web.Request, parameters: Sequence[QueryParameter]) -> dict[str, str | None]:
     """Each parameter's value by name (None when absent), refused as soon as one is not valid."""
     return {parameter.name: parameter.read(request) for parameter in parameters}

@@ -14,7 +14,13 @@ from dispatcher.api.models import CreateWebhook, Recover, UpdateWebhook
 from dispatcher.api.numbers import own_numbers
 from dispatcher.api.operations import operation
 from dispatcher.api.pagination import Pager
-from dispatcher.api.query import choice, read_query
+from dispatcher.api.query import (
+    choice,
+    id_parameter,
+    instant_parameter,
+    read_query,
+    read_time_range,
+)
 from dispatcher.api.resources import (
     Delivery,
     Page,
@@ -28,6 +34,7 @@ from dispatcher.api.resources import (
     webhook,
     webhook_with_secret,
 )
+from dispatcher.domain import ids
 from dispatcher.domain.enums import DeliveryStatus, Scope
 from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
 from dispatcher.errors import FieldError, NotFound, ValidationFailed
@@ -39,9 +46,14 @@ routes = web.RouteTableDef()
 log = structlog.get_logger("dispatcher.api")
 
 RECOVER_WINDOW = timedelta(days=14)
+CREATED_SINCE = instant_parameter("since", "deliveries created at or after this time")
+CREATED_UNTIL = instant_parameter("until", "deliveries created before this time")
 DELIVERY_FILTERS = (
     choice("status", DeliveryStatus),
     choice("event", sorted(EVENT_TYPES | {TEST_EVENT})),
+    id_parameter("eventId", ids.EVENT),
+    CREATED_SINCE,
+    CREATED_UNTIL,
 )
 
 
@@ -166,6 +178,7 @@ async def rotate_webhook_secret(request: web.Request, svc: Services, key: ApiKey
 async def list_deliveries(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     webhook_id = request.match_info["webhook_id"]
     filters = {"webhookId": webhook_id, **read_query(request, DELIVERY_FILTERS)}
+    since, until = read_time_range(request, CREATED_SINCE, CREATED_UNTIL)
     pager = Pager(request, svc.cursor_key, "deliveries", filters)
     await webhooks.require_readable(svc.db, key.workspace_id, webhook_id)
     page = await deliveries.list_page(
@@ -174,6 +187,9 @@ async def list_deliveries(request: web.Request, svc: Services, key: ApiKey) -> w
         webhook_id,
         status=filters["status"],
         event=filters["event"],
+        event_id=filters["eventId"],
+        since=since,
+        until=until,
         limit=pager.limit,
         after=pager.after,
     )

@@ -57,7 +57,12 @@ async def list_page(
     event: str | None,
     limit: int,
     after: Position | None,
+    event_id: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> Page:
+    """A webhook's deliveries, newest first; `since` inclusive, `until` exclusive, on when
+    they were created (their event's time)."""
     filters = (
         Filters().add("d.workspace_id = {}", workspace_id).add("d.webhook_id = {}", webhook_id)
     )
@@ -65,6 +70,12 @@ async def list_page(
         filters.add("d.status = {}", status)
     if event is not None:
         filters.add("d.event_type = {}", event)
+    if event_id is not None:
+        filters.add("d.event_id = {}", event_id)
+    if since is not None:
+        filters.add("d.created_at >= {}", since)
+    if until is not None:
+        filters.add("d.created_at < {}", until)
     async with db.acquire() as conn:
         return await fetch_page(conn, SQL.deliveries_page, filters, limit, after, alias="d")
 

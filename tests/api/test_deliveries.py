@@ -164,3 +164,50 @@ async def test_recover_validation(
         resp = await client.post(f"/v1/webhooks/{hook}/recover", json=body, headers=ws.headers)
         assert resp.status == 400, body
         assert (await resp.json())["code"] == "validation_error"
+
+
+async def test_search_by_time_and_event(
+    client: TestClient[Any, Any], ws: Workspace, clock: FakeClock
+) -> None:
+    """`since` (inclusive) and `until` (exclusive) on createdAt, and `eventId`; cursors are
+    bound to them."""
+    hook = await subscribe(client, ws, ["contact.updated"])
+    events = []
+    for name in ("first", "second", "third"):
+        resp = await client.post(
+            "/v1/events",
+            json={"type": "contact.updated", "data": {"id": name}},
+            headers=ws.headers,
+        )
+        events.append(await resp.json())
+        clock.advance(60)
+    first, second, third = events
+    at = second["createdAt"]
+
+    def data_ids(rows: Any) -> list[str]:
+        return [row["payload"]["data"]["id"] for row in rows]
+
+    assert data_ids(await listing(client, ws, hook, f"since={at}")) == ["third", "second"]
+    assert data_ids(await listing(client, ws, hook, f"until={at}")) == ["first"]
+    assert data_ids(await listing(client, ws, hook, f"since={at}&until={at}")) == []
+    assert data_ids(await listing(client, ws, hook, f"eventId={third['id']}")) == ["third"]
+    assert await listing(client, ws, hook, f"eventId=EV{'0' * 32}") == []
+    for bad, path in (
+        ("eventId=nope", "query.eventId"),
+        ("since=yesterday", "query.since"),
+        ("until=2026-11-21", "query.until"),
+        (f"since={third['createdAt']}&until={first['createdAt']}", "query.until"),
+    ):
+        resp = await client.get(f"/v1/webhooks/{hook}/deliveries?{bad}", headers=ws.headers)
+        assert resp.status == 400, bad
+        assert (await resp.json())["errors"][0]["path"] == path
+    page = await client.get(
+        f"/v1/webhooks/{hook}/deliveries?limit=1&since={first['createdAt']}", headers=ws.headers
+    )
+    cursor = (await page.json())["nextCursor"]
+    assert cursor
+    moved = await client.get(
+        f"/v1/webhooks/{hook}/deliveries?limit=1&since={at}&cursor={cursor}", headers=ws.headers
+    )
+    assert moved.status == 400
+    assert (await moved.json())["code"] == "invalid_cursor"
