@@ -12,7 +12,7 @@ from dispatcher.api.http import WORKSPACE_ID, single_header
 from dispatcher.api.operations import mark_scope
 from dispatcher.api.query import refuse_undeclared_body
 from dispatcher.domain.clock import Clock
-from dispatcher.domain.enums import Scope
+from dispatcher.domain.enums import Scope, allows
 from dispatcher.errors import Forbidden, Unauthorized
 from dispatcher.settings import Settings
 from dispatcher.store import workspaces
@@ -69,7 +69,7 @@ def requires(
         @functools.wraps(handler)
         async def guarded(request: web.Request) -> web.StreamResponse:
             key = await authenticate(request)
-            if scope not in key.scopes:
+            if not allows(key.scopes, scope):
                 raise Forbidden(f"this API key lacks the scope {scope}")
             request[WORKSPACE_ID] = key.workspace_id
             await refuse_undeclared_body(request)

@@ -1,4 +1,4 @@
-"""Publishing events directly (the API door of the three)."""
+"""Events: publishing them directly (the API door of the three), and reading the stream."""
 
 from __future__ import annotations
 
@@ -14,10 +14,28 @@ from dispatcher.api.http import json_response, read_object, single_header, valid
 from dispatcher.api.models import PublishEvent
 from dispatcher.api.numbers import own_number
 from dispatcher.api.operations import HeaderParameter, operation
-from dispatcher.api.resources import EventEnvelope
+from dispatcher.api.pagination import Pager
+from dispatcher.api.query import (
+    QueryParameter,
+    instant_parameter,
+    read_query,
+    read_time_range,
+)
+from dispatcher.api.resources import (
+    Delivery,
+    EventEnvelope,
+    EventWithDeliveries,
+    Page,
+    StoredEnvelope,
+    delivery,
+    event_with_deliveries,
+    stored_envelope,
+)
 from dispatcher.domain.enums import Scope
-from dispatcher.errors import FieldError, ValidationFailed
-from dispatcher.store import events
+from dispatcher.domain.events import EVENT_TYPE_PATTERN
+from dispatcher.errors import FieldError, NotFound, ValidationFailed
+from dispatcher.store import deliveries, events
+from dispatcher.store.database import Record
 from dispatcher.store.workspaces import ApiKey
 
 routes = web.RouteTableDef()
@@ -73,3 +91,76 @@ async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web
     headers = {} if created else {"Idempotent-Replayed": "true"}
     # The stored envelope, embedded as it is: never parsed and re-serialised.
     return json_response(orjson.Fragment(payload), status=202, headers=headers)
+
+
+_EVENT_TYPE = re.compile(EVENT_TYPE_PATTERN)
+# Event types as the outbox function takes them (`contact.updated`, `order.paid_late`): the
+# stream may hold types beyond the catalog, so the filter is a pattern, not a closed list.
+EVENT_TYPE = QueryParameter(
+    "type",
+    {"type": "string", "pattern": f"^{EVENT_TYPE_PATTERN}$"},
+    lambda value: _EVENT_TYPE.fullmatch(value) is not None,
+    "must be an event type, like contact.updated",
+)
+SINCE = instant_parameter("since", "events created at or after this time (inclusive)")
+UNTIL = instant_parameter("until", "events created before this time (exclusive)")
+EVENT_FILTERS = (EVENT_TYPE, SINCE, UNTIL)
+SUMMARIES = 100  # deliveries shown with an event; its deliveries list pages through all
+
+
+@routes.get("/v1/events")
+@requires(Scope.EVENTS_READ)
+@operation(200, Page[StoredEnvelope], query=EVENT_FILTERS)
+async def list_events(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """The workspace's events, newest first (test events are not part of the stream)."""
+    filters = read_query(request, EVENT_FILTERS)
+    since, until = read_time_range(request, SINCE, UNTIL)
+    pager = Pager(request, svc.cursor_key, "events", filters)
+    page = await events.list_page(
+        svc.db,
+        key.workspace_id,
+        event_type=filters["type"],
+        since=since,
+        until=until,
+        limit=pager.limit,
+        after=pager.after,
+    )
+    return json_response(pager.render(page, [stored_envelope(row) for row in page.rows]))
+
+
+async def _event(svc: Services, key: ApiKey, event_id: str) -> Record:
+    row = await events.get(svc.db, key.workspace_id, event_id)
+    if row is None:
+        raise NotFound("event not found")
+    return row
+
+
+@routes.get("/v1/events/{event_id}")
+@requires(Scope.EVENTS_READ)
+@operation(200, EventWithDeliveries)
+async def get_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """The event as published, with how many deliveries it has and the first 100."""
+    row = await _event(svc, key, request.match_info["event_id"])
+    first, count = await deliveries.list_for_event(
+        svc.db, key.workspace_id, row["id"], row["created_at"], limit=SUMMARIES, after=None
+    )
+    return json_response(event_with_deliveries(row, first.rows, count))
+
+
+@routes.get("/v1/events/{event_id}/deliveries")
+@requires(Scope.EVENTS_READ)
+@operation(200, Page[Delivery])
+async def list_event_deliveries(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """Every delivery of the event, newest first, one per subscription it went to."""
+    event_id = request.match_info["event_id"]
+    pager = Pager(request, svc.cursor_key, "event-deliveries", {"eventId": event_id})
+    row = await _event(svc, key, event_id)
+    page, _ = await deliveries.list_for_event(
+        svc.db,
+        key.workspace_id,
+        row["id"],
+        row["created_at"],
+        limit=pager.limit,
+        after=pager.after,
+    )
+    return json_response(pager.render(page, [delivery(r) for r in page.rows]))

@@ -35,6 +35,7 @@ from dispatcher.api.http import json_response
 from dispatcher.api.operations import Route, declared_routes, operation_id
 from dispatcher.api.query import RouteInputs
 from dispatcher.api.resources import ErrorBody, Page
+from dispatcher.domain.enums import ALSO_GRANTED_BY
 
 routes = web.RouteTableDef()
 
@@ -132,7 +133,11 @@ def _operation(route: Route) -> dict[str, Any]:
     }
     if route.scope is not None:
         described["security"] = [{"bearer": []}]
-        described["description"] = f"Scope: `{route.scope}`."
+        described["description"] = f"Scope: `{route.scope}`." + (
+            f" A key with `{also}` may call it too."
+            if (also := ALSO_GRANTED_BY.get(route.scope)) is not None
+            else ""
+        )
     else:
         described["security"] = []
     if route.operation.body is not None:

@@ -10,6 +10,7 @@ answers. See domain/resources.py for why these are TypedDicts and not models.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Generic, NotRequired, TypeVar
 
 import orjson
@@ -42,9 +43,11 @@ __all__ = [
     "Call",
     "Conversation",
     "Delivery",
+    "DeliverySummary",
     "ErrorBody",
     "ErrorDetail",
     "EventEnvelope",
+    "EventWithDeliveries",
     "Message",
     "MessageMedia",
     "Page",
@@ -57,9 +60,11 @@ __all__ = [
     "call",
     "conversation",
     "delivery",
+    "event_with_deliveries",
     "message",
     "recovered",
     "secret",
+    "stored_envelope",
     "webhook",
     "webhook_stats",
     "webhook_with_secret",
@@ -117,6 +122,23 @@ class Secret(TypedDict):
     """A webhook's current signing secret (`whsec_…`)."""
 
     secret: str
+
+
+class DeliverySummary(TypedDict):
+    """Where an event went: one of its deliveries, in brief."""
+
+    id: str
+    webhookId: str
+    status: DeliveryStatus
+    attempts: int
+
+
+class EventWithDeliveries(EventEnvelope):
+    """An event as it was published, with where it went: how many deliveries it has, and the
+    first 100 of them (`GET /v1/events/{id}/deliveries` pages through all)."""
+
+    deliveryCount: int
+    deliveries: list[DeliverySummary]
 
 
 class Delivery(TypedDict):
@@ -295,6 +317,28 @@ def webhook_stats(health: EndpointHealth) -> WebhookStats:
         "lastSuccessAt": isoformat_or_none(health.last_success_at),
         "lastFailureAt": isoformat_or_none(health.last_failure_at),
         "failingSince": isoformat_or_none(health.failing_since),
+    }
+
+
+def stored_envelope(row: Row) -> StoredEnvelope:
+    """An event's envelope as it was stored and sent: embedded as it is, never re-serialised."""
+    return orjson.Fragment(row["payload"])
+
+
+def event_with_deliveries(row: Row, deliveries: Sequence[Row], count: int) -> EventWithDeliveries:
+    envelope: EventEnvelope = orjson.loads(row["payload"])
+    return {
+        **envelope,
+        "deliveryCount": count,
+        "deliveries": [
+            {
+                "id": d["id"],
+                "webhookId": d["webhook_id"],
+                "status": d["status"],
+                "attempts": d["attempts"],
+            }
+            for d in deliveries
+        ],
     }
 
 

@@ -10,6 +10,7 @@ lists the values in the order the interface documents them.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from enum import StrEnum
 
 
@@ -90,5 +91,16 @@ class Scope(StrEnum):
     CONVERSATIONS_WRITE = "conversations:write"
     WEBHOOKS_READ = "webhooks:read"
     WEBHOOKS_WRITE = "webhooks:write"
+    EVENTS_READ = "events:read"
     EVENTS_WRITE = "events:write"
     INGEST_WRITE = "ingest:write"
+
+
+# Scopes that another also grants: a key that reads webhooks could already read every event's
+# payload through their deliveries, so it may read the events themselves.
+ALSO_GRANTED_BY: dict[Scope, Scope] = {Scope.EVENTS_READ: Scope.WEBHOOKS_READ}
+
+
+def allows(held: Collection[str], required: Scope) -> bool:
+    """Whether a key holding `held` may do what `required` guards."""
+    return required in held or ALSO_GRANTED_BY.get(required) in held

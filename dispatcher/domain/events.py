@@ -15,6 +15,10 @@ API_VERSION = "2026-11-01"
 
 TEST_EVENT = "webhook.test"
 
+# What an event type looks like (`contact.updated`); schema.sql's dispatcher_publish_event
+# refuses any other.
+EVENT_TYPE_PATTERN = r"[a-z]+(\.[a-z_]+)+"
+
 # Types a subscription may hear. `webhook.test` is deliberately absent: only the test
 # operation sends it.
 EVENT_TYPES: frozenset[str] = frozenset(

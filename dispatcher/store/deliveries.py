@@ -31,6 +31,8 @@ class SQL(Queries, file="deliveries.sql"):
     requeue_failed: str
     enqueue: str
     deliver_missed: str
+    event_deliveries_page: str
+    event_delivery_count: str
 
 
 async def _live_webhook(conn: Connection, workspace_id: str, webhook_id: str) -> Record:
@@ -166,3 +168,23 @@ async def recover(
     if queued:
         db.wake(DELIVERIES_CHANNEL)
     return queued
+
+
+async def list_for_event(
+    db: Database,
+    workspace_id: str,
+    event_id: str,
+    event_created_at: datetime,
+    *,
+    limit: int,
+    after: Position | None,
+) -> tuple[Page, int]:
+    """A page of an event's deliveries, newest first, and how many it has in all."""
+    # The statement's own parameters come first ($1..$3); the pager's conditions follow.
+    filters = Filters(args=[event_id, event_created_at, workspace_id])
+    async with db.acquire() as conn:
+        page = await fetch_page(conn, SQL.event_deliveries_page, filters, limit, after, alias="d")
+        count: int = await conn.fetchval(
+            SQL.event_delivery_count, event_id, event_created_at, workspace_id
+        )
+    return page, count

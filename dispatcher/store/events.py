@@ -17,6 +17,7 @@ from dispatcher.domain import ids
 from dispatcher.errors import IdempotencyKeyReused
 from dispatcher.store.database import Connection, Database, Record
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
+from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
@@ -27,6 +28,8 @@ class SQL(Queries, file="events.sql"):
     append_events: str
     lock_idempotency_key: str
     find_idempotent_event: str
+    events_page: str
+    event: str
 
 
 def _json(data: Mapping[str, Any]) -> str:
@@ -166,3 +169,32 @@ async def publish(
         )
     db.wake(DELIVERIES_CHANNEL)
     return payload, True
+
+
+async def list_page(
+    db: Database,
+    workspace_id: str,
+    *,
+    event_type: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    limit: int,
+    after: Position | None,
+) -> Page:
+    """The workspace's events, newest first, test events left out; `since` inclusive,
+    `until` exclusive, on createdAt."""
+    filters = Filters().add("workspace_id = {}", workspace_id).add("type <> 'webhook.test'")
+    if event_type is not None:
+        filters.add("type = {}", event_type)
+    if since is not None:
+        filters.add("created_at >= {}", since)
+    if until is not None:
+        filters.add("created_at < {}", until)
+    async with db.acquire() as conn:
+        return await fetch_page(conn, SQL.events_page, filters, limit, after)
+
+
+async def get(db: Database, workspace_id: str, event_id: str) -> Record | None:
+    async with db.acquire() as conn:
+        row: Record | None = await conn.fetchrow(SQL.event, workspace_id, event_id)
+    return row

@@ -64,6 +64,8 @@ def test_a_class_that_disagrees_with_its_file_fails_when_defined() -> None:
             append_events: str
             lock_idempotency_key: str
             find_idempotent_event: str
+            events_page: str
+            event: str
             no_such_query: str
 
     with pytest.raises(QueryFileError, match=r"in the file but not declared: .*append_events"):
@@ -82,6 +84,8 @@ def test_each_file_is_bound_once() -> None:
             append_events: str
             lock_idempotency_key: str
             find_idempotent_event: str
+            events_page: str
+            event: str
 
     assert SQL.file == "events.sql"
 

@@ -82,3 +82,30 @@ WHERE w.id = $1 AND w.workspace_id = $2
       SELECT 1 FROM deliveries d
       WHERE d.webhook_id = w.id AND d.event_id = e.id AND d.created_at = e.created_at
   )
+
+-- name: event_deliveries_page
+-- A page of the deliveries of event $1 (created at $2: one partition) in workspace $3, deleted
+-- webhooks' included: one probe of the (webhook, event, created_at) key per webhook of the
+-- workspace (store/pages.py adds the conditions, the order and the limit; columns as `d.`).
+SELECT d.* FROM (
+    SELECT x.id, x.webhook_id, x.attempts, x.created_at, x.delivered_at, x.event_type,
+           x.last_error, x.next_attempt_at, x.response_ms, x.response_status, x.status,
+           e.payload
+    FROM webhooks w
+    CROSS JOIN LATERAL (
+        SELECT * FROM deliveries one
+        WHERE one.webhook_id = w.id AND one.event_id = $1 AND one.created_at = $2
+    ) x
+    JOIN events e ON e.id = x.event_id AND e.created_at = x.created_at
+    WHERE w.workspace_id = $3
+) d
+
+-- name: event_delivery_count
+-- How many deliveries event $1 (created at $2) has in workspace $3, as event_deliveries_page
+-- finds them.
+SELECT count(*) FROM webhooks w
+CROSS JOIN LATERAL (
+    SELECT 1 FROM deliveries one
+    WHERE one.webhook_id = w.id AND one.event_id = $1 AND one.created_at = $2
+) x
+WHERE w.workspace_id = $3
