@@ -141,9 +141,15 @@ async def _event(svc: Services, key: ApiKey, event_id: str) -> Record:
 async def get_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """The event as published, with how many deliveries it has and the first 100."""
     row = await _event(svc, key, request.match_info["event_id"])
-    first, count = await deliveries.list_for_event(
+    first = await deliveries.list_for_event(
         svc.db, key.workspace_id, row["id"], row["created_at"], limit=SUMMARIES, after=None
     )
+    # Fewer than a page: the page is the count; a count statement only when there are more.
+    count = len(first.rows)
+    if first.last is not None:
+        count = await deliveries.count_for_event(
+            svc.db, key.workspace_id, row["id"], row["created_at"]
+        )
     return json_response(event_with_deliveries(row, first.rows, count))
 
 
@@ -155,7 +161,7 @@ async def list_event_deliveries(request: web.Request, svc: Services, key: ApiKey
     event_id = request.match_info["event_id"]
     pager = Pager(request, svc.cursor_key, "event-deliveries", {"eventId": event_id})
     row = await _event(svc, key, event_id)
-    page, _ = await deliveries.list_for_event(
+    page = await deliveries.list_for_event(
         svc.db,
         key.workspace_id,
         row["id"],

@@ -178,13 +178,20 @@ async def list_for_event(
     *,
     limit: int,
     after: Position | None,
-) -> tuple[Page, int]:
-    """A page of an event's deliveries, newest first, and how many it has in all."""
+) -> Page:
+    """A page of an event's deliveries, newest first."""
     # The statement's own parameters come first ($1..$3); the pager's conditions follow.
     filters = Filters(args=[event_id, event_created_at, workspace_id])
     async with db.acquire() as conn:
-        page = await fetch_page(conn, SQL.event_deliveries_page, filters, limit, after, alias="d")
+        return await fetch_page(conn, SQL.event_deliveries_page, filters, limit, after, alias="d")
+
+
+async def count_for_event(
+    db: Database, workspace_id: str, event_id: str, event_created_at: datetime
+) -> int:
+    """How many deliveries an event has, as `list_for_event` finds them."""
+    async with db.acquire() as conn:
         count: int = await conn.fetchval(
             SQL.event_delivery_count, event_id, event_created_at, workspace_id
         )
-    return page, count
+    return count

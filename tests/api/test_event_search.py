@@ -116,3 +116,14 @@ async def test_scopes_and_workspaces(
             resp = await client.get(path, headers=other.headers)
             assert resp.status == (200 if path == "/v1/events" else 404), path
     assert (await get(client, reader, "/v1/events"))["data"] == []
+
+
+async def test_an_event_shows_its_first_100_deliveries_and_counts_all(
+    client: TestClient[Any, Any], ws: Workspace
+) -> None:
+    hooks = await subscribe(client, ws, 101)
+    event = await publish(client, ws, "contact.updated", "many")
+    got = await get(client, ws, f"/v1/events/{event['id']}")
+    assert got["deliveryCount"] == 101
+    assert len(got["deliveries"]) == 100
+    assert {d["webhookId"] for d in got["deliveries"]} < set(hooks)
