@@ -112,3 +112,28 @@ async def make_engine(
     for engine in engines:
         if engine.running:
             await engine.stop()
+
+
+def sequence(*behaviours: Any) -> Any:
+    """Answer with each behaviour in turn, the last one from then on."""
+    calls = iter(range(10_000))
+
+    async def respond(request: web.Request) -> web.StreamResponse:
+        index = min(next(calls), len(behaviours) - 1)
+        result: web.StreamResponse = await behaviours[index](request)
+        return result
+
+    return respond
+
+
+def chunked(body: bytes) -> Any:
+    async def respond(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(status=200)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for start in range(0, len(body), 7):
+            await response.write(body[start : start + 7])
+        await response.write_eof()
+        return response
+
+    return respond

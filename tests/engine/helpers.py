@@ -73,3 +73,9 @@ async def wait_recorded(db: Database, n: int) -> None:
         return await recorded_attempts(db) >= n
 
     await wait_for(enough, message=f"{n} attempts recorded")
+
+
+async def get_json(client: TestClient[Any, Any], ws: Workspace, path: str) -> Any:
+    resp = await client.get(path, headers=ws.headers)
+    assert resp.status == 200, await resp.text()
+    return await resp.json()

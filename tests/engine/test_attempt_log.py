@@ -6,31 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.clock import FakeClock, isoformat
 from tests.conftest import MakeWorkspace, Workspace, wait_for
-from tests.engine.helpers import attempted, publish, subscribe
-from tests.receiver import EngineFactory, Receiver, answer
-
-
-def sequence(*behaviours: Any) -> Any:
-    """Answer with each behaviour in turn, the last one from then on."""
-    calls = iter(range(10_000))
-
-    async def respond(request: web.Request) -> web.StreamResponse:
-        index = min(next(calls), len(behaviours) - 1)
-        result: web.StreamResponse = await behaviours[index](request)
-        return result
-
-    return respond
-
-
-async def get_json(client: TestClient[Any, Any], ws: Workspace, path: str) -> Any:
-    resp = await client.get(path, headers=ws.headers)
-    assert resp.status == 200, await resp.text()
-    return await resp.json()
+from tests.engine.helpers import attempted, get_json, publish, subscribe
+from tests.receiver import EngineFactory, Receiver, answer, chunked, sequence
 
 
 async def test_every_attempt_is_kept_newest_first(
@@ -165,19 +146,6 @@ async def test_response_excerpts_follow_the_setting(
     await wait_for(both, message="the second attempt")
     newest = (await get_json(client, ws, f"/v1/webhooks/{long['id']}/attempts"))["data"][0]
     assert newest["outcome"] == "success" and newest["responseBody"] is None
-
-
-def chunked(body: bytes) -> Any:
-    async def respond(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(status=200)
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        for start in range(0, len(body), 7):
-            await response.write(body[start : start + 7])
-        await response.write_eof()
-        return response
-
-    return respond
 
 
 async def test_failures_without_an_answer(

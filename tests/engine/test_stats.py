@@ -17,9 +17,8 @@ from dispatcher.domain.outcomes import AttemptOutcome, Delivered
 from dispatcher.store import maintenance, queue, stats
 from dispatcher.store.database import Database
 from tests.conftest import MakeWorkspace, Workspace, wait_for
-from tests.engine.helpers import attempted, deliveries, publish, subscribe
-from tests.engine.test_attempt_log import get_json, sequence
-from tests.receiver import EngineFactory, Receiver, answer
+from tests.engine.helpers import attempted, deliveries, get_json, publish, subscribe
+from tests.receiver import EngineFactory, Receiver, answer, sequence
 
 NO_ATTEMPTS = {o.value: 0 for o in AttemptOutcome}
 NO_TIMES = {"p50": None, "p95": None, "p99": None}
