@@ -29,7 +29,10 @@ CREATE TABLE IF NOT EXISTS workspaces (
     id          text PRIMARY KEY,
     name        text NOT NULL,
     demo        boolean NOT NULL DEFAULT false,
-    created_at  timestamptz NOT NULL DEFAULT now()
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    -- The operator sink's own workspace (DISPATCHER_OPERATOR_WEBHOOK_URL): internal, never
+    -- listed, and the source of no operational event.
+    operator    boolean NOT NULL DEFAULT false
 );
 
 CREATE TABLE IF NOT EXISTS phone_numbers (
@@ -138,6 +141,10 @@ CREATE TABLE IF NOT EXISTS events (
     -- (dispatcher/tracing.py): each attempt's span links to it. NULL otherwise.
     -- (Last: schema 8 added it.)
     trace_context  text,
+    -- The event's ordering lane (its `orderingKey`): a fifo subscription attempts the events
+    -- of one lane one at a time, in order (docs/webhooks.md). NULL: the shared lane.
+    -- (Last: schema 9 added it.)
+    ordering_key   text,
     PRIMARY KEY (id, created_at)
 ) PARTITION BY RANGE (created_at);
 -- Idempotency keys are unique per workspace within 24 hours; publish() enforces that under an
@@ -450,10 +457,14 @@ $$;
 -- commit (and its WAL flush), which serialises every publisher's commit. The service wakes
 -- the engines after its commit (dispatcher.store.notifications.DELIVERIES_CHANNEL); engines
 -- also probe the queue when idle (the outbox door).
+--
+-- p_excluded_webhook_id: a subscriber left out (an operational event never goes to the
+-- subscription it is about; NULL: none). Every argument is required: the shorter signature
+-- below, with defaults, is what earlier releases call.
 CREATE OR REPLACE FUNCTION dispatcher_add_deliveries(
     p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text,
-    p_number_id text, p_webhook_ids text[] DEFAULT NULL, p_due_at timestamptz DEFAULT NULL,
-    p_trigger text DEFAULT NULL
+    p_number_id text, p_webhook_ids text[], p_due_at timestamptz, p_trigger text,
+    p_excluded_webhook_id text
 ) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -475,6 +486,7 @@ BEGIN
               AND w.disabled_at IS NULL
               AND p_type = ANY (w.events)
               AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
+              AND w.id IS DISTINCT FROM p_excluded_webhook_id
             UNION ALL
             SELECT unnest(p_webhook_ids)
         ) AS hook (id)
@@ -491,6 +503,19 @@ BEGIN
 END
 $$;
 
+-- dispatcher_add_deliveries as schemas 6 to 8 made it (releases of then call it by position):
+-- the same, nobody left out. Kept, never dropped: a function dropped while a transaction is in
+-- a call to it fails that transaction, and an outbox publish must live through an upgrade.
+CREATE OR REPLACE FUNCTION dispatcher_add_deliveries(
+    p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text,
+    p_number_id text, p_webhook_ids text[] DEFAULT NULL, p_due_at timestamptz DEFAULT NULL,
+    p_trigger text DEFAULT NULL
+) RETURNS integer
+LANGUAGE sql AS $$
+    SELECT dispatcher_add_deliveries(p_event_id, p_created_at, p_workspace_id, p_type,
+                                     p_number_id, p_webhook_ids, p_due_at, p_trigger, NULL)
+$$;
+
 -- A new event's fan-out to its subscribers, as releases before schema 6 call it (their
 -- publishing statements, during an upgrade): dispatcher_add_deliveries, inlined into the
 -- caller's statement. Nothing of this release calls it.
@@ -499,7 +524,7 @@ CREATE OR REPLACE FUNCTION dispatcher_fan_out(
 ) RETURNS integer
 LANGUAGE sql AS $$
     SELECT dispatcher_add_deliveries(p_event_id, p_created_at, p_workspace_id, p_type,
-                                     p_number_id)
+                                     p_number_id, NULL, NULL, NULL, NULL)
 $$;
 
 -- The one way into `events`, whatever the door: the API, inbound messages and calls, the
@@ -509,25 +534,44 @@ $$;
 -- how many deliveries were made. p_trace_context is the W3C traceparent of the publishing
 -- span, when the service traces (dispatcher/tracing.py).
 --
+-- p_excluded_webhook_id is the subscription an operational event is about (it never goes
+-- there); p_ordering_key the event's ordering lane (`events.ordering_key`). Every argument is
+-- required: the shorter signature below, with defaults, is what earlier releases call.
+--
 -- Called once per event (`SELECT dispatcher_append_event(...)`, which returns one record):
 -- one INSERT, then the deliveries as a simple expression.
+CREATE OR REPLACE FUNCTION dispatcher_append_event(
+    p_id text, p_workspace_id text, p_type text, p_number_id text, p_source text,
+    p_data json, p_created_at timestamptz, p_idempotency_key text, p_fingerprint bytea,
+    p_webhook_ids text[], p_trace_context text, p_excluded_webhook_id text,
+    p_ordering_key text, OUT payload text, OUT fanned integer
+)
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO events (id, workspace_id, type, number_id, source, payload, idempotency_key,
+                        request_fingerprint, created_at, trace_context, ordering_key)
+    VALUES (p_id, p_workspace_id, p_type, p_number_id, p_source,
+            dispatcher_envelope(p_id, p_type, p_created_at, p_data), p_idempotency_key,
+            p_fingerprint, p_created_at, p_trace_context, p_ordering_key)
+    RETURNING events.payload INTO payload;
+    fanned := dispatcher_add_deliveries(p_id, p_created_at, p_workspace_id, p_type, p_number_id,
+                                        p_webhook_ids, NULL, NULL, p_excluded_webhook_id);
+END
+$$;
+
+-- dispatcher_append_event as schemas 6 to 8 made it (releases of then call it by position):
+-- the same, nobody left out, no ordering key. Kept, never dropped (see above).
 CREATE OR REPLACE FUNCTION dispatcher_append_event(
     p_id text, p_workspace_id text, p_type text, p_number_id text, p_source text,
     p_data json, p_created_at timestamptz, p_idempotency_key text DEFAULT NULL,
     p_fingerprint bytea DEFAULT NULL, p_webhook_ids text[] DEFAULT NULL,
     p_trace_context text DEFAULT NULL, OUT payload text, OUT fanned integer
 )
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO events (id, workspace_id, type, number_id, source, payload, idempotency_key,
-                        request_fingerprint, created_at, trace_context)
-    VALUES (p_id, p_workspace_id, p_type, p_number_id, p_source,
-            dispatcher_envelope(p_id, p_type, p_created_at, p_data), p_idempotency_key,
-            p_fingerprint, p_created_at, p_trace_context)
-    RETURNING events.payload INTO payload;
-    fanned := dispatcher_add_deliveries(p_id, p_created_at, p_workspace_id, p_type, p_number_id,
-                                        p_webhook_ids);
-END
+LANGUAGE sql AS $$
+    SELECT * FROM dispatcher_append_event(p_id, p_workspace_id, p_type, p_number_id, p_source,
+                                          p_data, p_created_at, p_idempotency_key,
+                                          p_fingerprint, p_webhook_ids, p_trace_context,
+                                          NULL, NULL)
 $$;
 
 -- The transactional outbox: an application sharing this database calls this inside its own
@@ -559,9 +603,9 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     PERFORM dispatcher_append_event(event_id, p_workspace_id, p_type, p_number_id, 'outbox',
-                                    p_data::json, now());
+                                    p_data::json, now(), NULL, NULL, NULL, NULL, NULL, NULL);
     RETURN event_id;
 END
 $$;
 
-INSERT INTO dispatcher_schema (version) VALUES (8) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (9) ON CONFLICT DO NOTHING;

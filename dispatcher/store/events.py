@@ -50,9 +50,11 @@ async def append_event(
     idempotency_key: str | None = None,
     fingerprint: bytes | None = None,
     webhook_ids: Sequence[str] | None = None,
+    ordering_key: str | None = None,
 ) -> tuple[str, str, int]:
     """Store an event and fan it out (inside the caller's transaction, if it has one): to the
     subscriptions that hear it, or to `webhook_ids` alone when given (a webhook's test).
+    `ordering_key` is the event's ordering lane (a fifo subscription's).
 
     Returns (event id, payload, deliveries created).
     """
@@ -75,6 +77,8 @@ async def append_event(
             fingerprint,
             None if webhook_ids is None else list(webhook_ids),
             publication.traceparent,
+            None,
+            ordering_key,
         )
         payload, fanned = appended
         publication.fanned_out(fanned)
@@ -91,6 +95,9 @@ class NewEvent:
     event_type: str
     number_id: str | None
     data: Mapping[str, Any]
+    # The subscription this event is about, which never receives it (an operational event).
+    excluded_webhook_id: str | None = None
+    ordering_key: str | None = None
 
 
 async def append_events(
@@ -113,6 +120,8 @@ async def append_events(
             source,
             created_at,
             publication.traceparent,
+            [event.excluded_webhook_id for event in events],
+            [event.ordering_key for event in events],
         )
         publication.fanned_out(fanned)
     for event in events:

@@ -71,7 +71,8 @@ ON CONFLICT (delivery_id) DO NOTHING
 -- no delivery of, due at $5, because of $6; returns how many were made. (Only the missed ones
 -- reach dispatcher_add_deliveries, which would skip the others too.)
 SELECT coalesce(sum(dispatcher_add_deliveries(e.id, e.created_at, e.workspace_id, e.type,
-                                              e.number_id, ARRAY[w.id], $5, $6)), 0)::int
+                                              e.number_id, ARRAY[w.id], $5, $6, NULL)),
+                0)::int
 FROM webhooks w
 JOIN events e ON e.workspace_id = w.workspace_id
 WHERE w.id = $1 AND w.workspace_id = $2

@@ -5,19 +5,22 @@
 -- name: append_event
 -- Publish one event: $1 id, $2 workspace, $3 type, $4 number id, $5 source, $6 data (JSON
 -- text), $7 created at, $8 idempotency key, $9 request fingerprint, $10 webhooks to deliver
--- to instead of the subscribers (a test), $11 trace context. One row: (payload, fanned).
-SELECT dispatcher_append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+-- to instead of the subscribers (a test), $11 trace context, $12 a subscriber left out (the
+-- one an operational event is about), $13 ordering key. One row: (payload, fanned).
+SELECT dispatcher_append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 
 -- name: append_events
 -- Publish a batch of events (one per element of the arrays $1 ids, $2 workspaces, $3 types,
--- $4 number ids, $5 data), from $6 source at $7, each with trace context $8; returns the
--- deliveries made, in all.
+-- $4 number ids, $5 data, $9 subscribers left out, $10 ordering keys), from $6 source at
+-- $7, each with trace context $8; returns the deliveries made, in all.
 SELECT coalesce(sum((
            dispatcher_append_event(new.id, new.workspace_id, new.type, new.number_id, $6,
-                                   new.data, $7, NULL, NULL, NULL, $8)
+                                   new.data, $7, NULL, NULL, NULL, $8, new.excluded,
+                                   new.ordering_key)
        ).fanned), 0)::int
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::json[])
-    AS new (id, workspace_id, type, number_id, data)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::json[], $9::text[],
+            $10::text[])
+    AS new (id, workspace_id, type, number_id, data, excluded, ordering_key)
 
 -- name: lock_idempotency_key
 -- Serialise the publishes of one workspace under one key ($1 workspace, $2 key), until the
