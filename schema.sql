@@ -34,6 +34,8 @@ CREATE TABLE IF NOT EXISTS workspaces (
     -- listed, and the source of no operational event.
     operator    boolean NOT NULL DEFAULT false
 );
+-- One operator sink, at most.
+CREATE UNIQUE INDEX IF NOT EXISTS workspaces_operator ON workspaces (operator) WHERE operator;
 
 CREATE TABLE IF NOT EXISTS phone_numbers (
     id            text PRIMARY KEY,

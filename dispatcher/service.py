@@ -33,7 +33,7 @@ from dispatcher.domain.clock import Clock, SystemClock
 from dispatcher.engine.worker import Engine
 from dispatcher.errors import ConfigurationError, DatabaseUnavailable, DispatcherError
 from dispatcher.settings import Settings, redact_url
-from dispatcher.store import schema, workspaces
+from dispatcher.store import operator_sink, schema, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.embedded import start_embedded, stop_embedded
 from dispatcher.store.key_cache import KeyCache
@@ -233,6 +233,12 @@ async def serve(settings: Settings, host: str, port: int) -> None:
 
             async def prepare(db: Database) -> tuple[Services, str | None]:
                 await prepare_schema(db)
+                await operator_sink.configure(
+                    db,
+                    settings.operator_webhook_url,
+                    settings.operator_webhook_secret,
+                    clock.now(),
+                )
                 key = None
                 if settings.demo:
                     key = await workspaces.create_demo_if_empty(db, DEMO_NUMBER, sorted(SCOPES))

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from dispatcher.domain.signing import check_secret
+from dispatcher.domain.urls import check_webhook_url
 from dispatcher.errors import ConfigurationError
 
 DEFAULT_RETRY_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
@@ -53,6 +55,9 @@ class Settings:
     # Observability
     metrics_port: int | None = None
     metrics_per_webhook: bool = False
+    # The operator sink: every workspace's operational events, also delivered here.
+    operator_webhook_url: str | None = None
+    operator_webhook_secret: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -99,6 +104,8 @@ class Settings:
         read("DISPATCHER_SANDBOX_DELAY", "sandbox_delay", _float_between(0.0, 3600.0))
         read("DISPATCHER_METRICS_PORT", "metrics_port", _port)
         read("DISPATCHER_METRICS_PER_WEBHOOK", "metrics_per_webhook", _on_off)
+        read("DISPATCHER_OPERATOR_WEBHOOK_URL", "operator_webhook_url", check_webhook_url)
+        _read_secret(env, values)
         return cls(**values)
 
     def with_changes(self, **changes: Any) -> Settings:
@@ -109,12 +116,32 @@ class Settings:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "database_url" and value:
+            if f.name in ("database_url", "operator_webhook_url") and value:
                 value = redact_url(value)
+            elif f.name == "operator_webhook_secret" and value:
+                value = "***"
             elif f.name == "allowed_cidrs":
                 value = [str(n) for n in value]
             out[f.name] = value
         return out
+
+
+def _read_secret(env: Mapping[str, str], values: dict[str, Any]) -> None:
+    """DISPATCHER_OPERATOR_WEBHOOK_SECRET: required with the sink's URL, and never repeated in
+    an error (it is a secret)."""
+    name = "DISPATCHER_OPERATOR_WEBHOOK_SECRET"
+    raw = env.get(name, "").strip()
+    if not raw:
+        if "operator_webhook_url" in values:
+            raise ConfigurationError(
+                f"{name} is required when DISPATCHER_OPERATOR_WEBHOOK_URL is set "
+                "(whsec_ and the base64 of 24 to 64 random bytes)"
+            )
+        return
+    try:
+        values["operator_webhook_secret"] = check_secret(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} is not valid: {exc}") from None
 
 
 def redact_url(url: str) -> str:

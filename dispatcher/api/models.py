@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from dispatcher.domain.enums import CallStatus, ConversationStatus
-from dispatcher.domain.events import EVENT_TYPES
+from dispatcher.domain.events import EVENT_TYPES, OPERATIONAL_TYPES, PUBLISHABLE_TYPES
 from dispatcher.domain.phone import is_e164
 from dispatcher.domain.text import is_blank
 from dispatcher.domain.urls import check_webhook_url
@@ -155,7 +155,9 @@ class PublishEvent(Body):
     @field_validator("type")
     @classmethod
     def _known(cls, value: str) -> str:
-        if value not in EVENT_TYPES:
+        if value in OPERATIONAL_TYPES:
+            raise ValueError(f"{value} is published by the service itself (see docs/events.md)")
+        if value not in PUBLISHABLE_TYPES:
             raise ValueError(f"unknown event type: {value} (see docs/events.md)")
         return value
 

@@ -19,9 +19,9 @@ TEST_EVENT = "webhook.test"
 # refuses any other.
 EVENT_TYPE_PATTERN = r"[a-z]+(\.[a-z_]+)+"
 
-# Types a subscription may hear. `webhook.test` is deliberately absent: only the test
-# operation sends it.
-EVENT_TYPES: frozenset[str] = frozenset(
+# Types the API and the outbox's callers publish. `webhook.test` is deliberately absent: only
+# the test operation sends it.
+PUBLISHABLE_TYPES: frozenset[str] = frozenset(
     {
         "message.received",
         "message.delivered",
@@ -39,6 +39,18 @@ EVENT_TYPES: frozenset[str] = frozenset(
         "contact.deleted",
     }
 )
+
+# Events the service publishes about its own work (docs/events.md, "Operational events"):
+# subscriptions may hear them; nobody else may publish them.
+WEBHOOK_DISABLED = "webhook.disabled"
+WEBHOOK_ENABLED = "webhook.enabled"
+DELIVERY_EXHAUSTED = "delivery.exhausted"
+DELIVERY_RECOVERED = "delivery.recovered"
+OPERATIONAL_TYPES: frozenset[str] = frozenset(
+    {WEBHOOK_DISABLED, WEBHOOK_ENABLED, DELIVERY_EXHAUSTED, DELIVERY_RECOVERED}
+)
+# Types a subscription may hear.
+EVENT_TYPES: frozenset[str] = PUBLISHABLE_TYPES | OPERATIONAL_TYPES
 
 # Each call status has its event: `call.ringing`, ...
 CALL_STATUS_EVENTS: dict[CallStatus, str] = {status: f"call.{status}" for status in CallStatus}

@@ -15,6 +15,20 @@ def new_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
 
 
+def check_secret(secret: str) -> str:
+    """`secret` unchanged when it is a Standard Webhooks secret: `whsec_` and the base64 of 24
+    to 64 bytes (a validator for secrets given from outside, e.g. the operator sink's)."""
+    if not secret.startswith(SECRET_PREFIX):
+        raise ValueError(f"expected a {SECRET_PREFIX} secret")
+    try:
+        key = base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+    except ValueError:
+        raise ValueError(f"expected base64 after {SECRET_PREFIX}") from None
+    if not 24 <= len(key) <= 64:
+        raise ValueError("expected a key of 24 to 64 bytes")
+    return secret
+
+
 def secret_key(secret: str) -> bytes:
     """The HMAC key a `whsec_` secret stands for."""
     return base64.b64decode(secret.removeprefix(SECRET_PREFIX))

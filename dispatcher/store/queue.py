@@ -23,6 +23,7 @@ from typing import NamedTuple, TypeAlias
 from dispatcher.domain import outcomes
 from dispatcher.domain.enums import DeliveryStatus, DisabledReason
 from dispatcher.domain.health import Settled
+from dispatcher.domain.operational import SettledAttempt, about_attempt
 from dispatcher.domain.outcomes import (
     AttemptOutcome,
     Decision,
@@ -31,8 +32,8 @@ from dispatcher.domain.outcomes import (
     GiveUpReason,
     RetryAt,
 )
-from dispatcher.store import stats, webhooks
-from dispatcher.store.database import Connection, Database
+from dispatcher.store import operational, stats, webhooks
+from dispatcher.store.database import Connection, Database, Record
 
 # The engine's statements read a handful of rows through indexes, whatever the table sizes.
 # Their plans must not depend on statistics: a database nobody has analyzed (a fresh one with
@@ -236,7 +237,17 @@ SET attempts = f.attempts,
     next_attempt_at = f.next_attempt_at
 FROM final f
 WHERE d.id = f.delivery_id AND d.created_at = f.created_at
-RETURNING d.id, d.status, d.created_at
+RETURNING d.id, d.status, d.created_at, d.workspace_id, d.event_id, d.event_type,
+          d.attempts, d.last_error,
+          -- Whether an earlier attempt failed (a delivered one may be worth a
+          -- delivery.recovered): a retry on the schedule follows a failure; after a manual
+          -- retry or a recover, the attempt log says (read only for those, by its key).
+          CASE WHEN d.status <> 'delivered' OR d.attempts = 1 THEN false
+               WHEN f.trigger = 'schedule' THEN true
+               ELSE EXISTS (SELECT 1 FROM delivery_attempts a
+                            WHERE a.delivery_id = d.id AND a.delivery_created_at = d.created_at
+                              AND a.attempt_number < d.attempts AND a.outcome <> 'success')
+          END AS failed_before
 """
 
 # Executes `outcomes.ClockChange`s: a reset sets the clock (to the first failure after the
@@ -392,11 +403,12 @@ async def record(
         await stats.record_batch(conn, applied, settled, owner)
         await _update_failure_clocks(conn, applied)
         disabled = await _disable_endpoints(conn, applied, now, timedelta(seconds=disable_after))
-    given_up = [
-        (r, r.decision.why if type(r.decision) is GivenUp else GiveUpReason.DISABLED)
-        for r in applied
-        if r.id in failed
-    ]
+        given_up = [
+            (r, r.decision.why if type(r.decision) is GivenUp else GiveUpReason.DISABLED)
+            for r in applied
+            if r.id in failed
+        ]
+        await _tell_workspaces(conn, applied, written, {r.id: why for r, why in given_up}, now)
     return Recorded(given_up, disabled)
 
 
@@ -455,6 +467,39 @@ def _record_columns(results: Sequence[Result]) -> _RecordColumns:
         kinds,
         bodies,
     )
+
+
+async def _tell_workspaces(
+    conn: Connection,
+    applied: Sequence[Result],
+    written: dict[str, Record],
+    given_up: dict[str, GiveUpReason],  # by delivery id
+    now: datetime,
+) -> None:
+    """Publish the operational events the settled deliveries give rise to
+    (`delivery.exhausted`, `delivery.recovered`), in the record transaction."""
+    told = []
+    for r in applied:
+        row = written[r.id]
+        if row["status"] == DeliveryStatus.PENDING:
+            continue
+        event = about_attempt(
+            SettledAttempt(
+                delivery_id=r.id,
+                workspace_id=row["workspace_id"],
+                webhook_id=r.webhook_id,
+                event_id=row["event_id"],
+                event_type=row["event_type"],
+                status=DeliveryStatus(row["status"]),
+                attempts=row["attempts"],
+                last_error=row["last_error"],
+                given_up=given_up.get(r.id),
+                failed_before=row["failed_before"],
+            )
+        )
+        if event is not None:
+            told.append(event)
+    await operational.publish(conn, told, now)
 
 
 async def _update_failure_clocks(conn: Connection, applied: Sequence[Result]) -> None:

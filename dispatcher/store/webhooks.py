@@ -7,11 +7,13 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from dispatcher.domain import ids
+from dispatcher.domain import ids, operational
 from dispatcher.domain.enums import DisabledReason
 from dispatcher.domain.signing import new_secret
 from dispatcher.errors import NotFound
 from dispatcher.store.database import Connection, Database, Record
+from dispatcher.store.notifications import DELIVERIES_CHANNEL
+from dispatcher.store.operational import publish as publish_operational
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
 
@@ -115,12 +117,15 @@ async def give_up_pending(conn: Connection, webhook_ids: Sequence[str], reason: 
 async def disable(
     conn: Connection, webhook_ids: Sequence[str], reason: DisabledReason, now: datetime
 ) -> list[str]:
-    """Disable live webhooks and give up their pending deliveries; returns those disabled
-    (the others were disabled or deleted already)."""
+    """Disable live webhooks, give up their pending deliveries and tell their workspaces
+    (`webhook.disabled`); returns those disabled (the others were disabled or deleted
+    already)."""
     rows = await conn.fetch(SQL.disable, list(webhook_ids), now, reason)
     disabled = [r["id"] for r in rows]
     if disabled:
         await give_up_pending(conn, disabled, DISABLED_ERROR)
+        told = [operational.webhook_disabled(r["workspace_id"], r["id"], reason, now) for r in rows]
+        await publish_operational(conn, told, now)
     return disabled
 
 
@@ -128,7 +133,8 @@ async def update(
     db: Database, workspace_id: str, webhook_id: str, changes: dict[str, Any], now: datetime
 ) -> Record | None:
     """Apply a PATCH: only the keys present in `changes` change; `enabled` moves between
-    live and disabled (manual)."""
+    live and disabled (manual), and the workspace is told (`webhook.enabled`,
+    `webhook.disabled`)."""
     async with db.transaction() as conn:
         current = await conn.fetchrow(SQL.lock_webhook, workspace_id, webhook_id)
         if current is None:
@@ -142,7 +148,12 @@ async def update(
             await disable(conn, [webhook_id], DisabledReason.MANUAL, now)
         elif enabled is True and current["disabled_at"] is not None:
             await conn.execute(SQL.enable, webhook_id)
-        return await get(conn, workspace_id, webhook_id)
+            told = [operational.webhook_enabled(workspace_id, webhook_id)]
+            await publish_operational(conn, told, now)
+        updated = await get(conn, workspace_id, webhook_id)
+    if enabled is not None:
+        db.wake(DELIVERIES_CHANNEL)  # the operational event's deliveries, if any
+    return updated
 
 
 async def delete(db: Database, workspace_id: str, webhook_id: str, now: datetime) -> bool:

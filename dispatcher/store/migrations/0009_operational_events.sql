@@ -18,6 +18,7 @@
 -- Locks: ACCESS EXCLUSIVE on `workspaces`, `events` and each of its partitions, for catalog
 -- changes (a nullable column, or one with a constant default, rewrites nothing): milliseconds.
 ALTER TABLE workspaces ADD COLUMN operator boolean NOT NULL DEFAULT false;
+CREATE UNIQUE INDEX workspaces_operator ON workspaces (operator) WHERE operator;
 ALTER TABLE events ADD COLUMN ordering_key text;
 
 CREATE OR REPLACE FUNCTION dispatcher_add_deliveries(

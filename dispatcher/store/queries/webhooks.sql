@@ -48,7 +48,7 @@ WHERE d.id = gone.delivery_id AND d.created_at = gone.created_at
 -- Disable the live webhooks among $1 at $2, for reason $3; returns those disabled.
 UPDATE webhooks SET disabled_at = $2, disabled_reason = $3
 WHERE id = ANY($1::text[]) AND disabled_at IS NULL AND deleted_at IS NULL
-RETURNING id
+RETURNING id, workspace_id
 
 -- name: lock_webhook
 -- Lock webhook $2 of workspace $1, unless deleted, for a change; returns whether it is
