@@ -233,15 +233,15 @@ async def serve(settings: Settings, host: str, port: int) -> None:
 
             async def prepare(db: Database) -> tuple[Services, str | None]:
                 await prepare_schema(db)
+                key = None
+                if settings.demo:
+                    key = await workspaces.create_demo_if_empty(db, DEMO_NUMBER, sorted(SCOPES))
                 await operator_sink.configure(
                     db,
                     settings.operator_webhook_url,
                     settings.operator_webhook_secret,
                     clock.now(),
                 )
-                key = None
-                if settings.demo:
-                    key = await workspaces.create_demo_if_empty(db, DEMO_NUMBER, sorted(SCOPES))
                 return await build_services(db, settings, clock), key
 
             prepared = await wait_for_database(db, settings, stop, prepare)

@@ -175,3 +175,23 @@ async def test_metrics_leave_the_api_port_when_they_have_their_own(services: Ser
             assert resp.status == expected
             if expected == 404:
                 assert (await resp.json())["code"] == "not_found"
+
+
+async def test_an_operator_sink_without_its_secret_stops_start_up_clearly(
+    database_url: str,
+) -> None:
+    short = "whsec_" + "c2hvcnQ="  # a secret too short to sign with: named, never repeated
+    for secret, words in ((None, "is required"), (short, "24 to 64 bytes")):
+        extra = {"DISPATCHER_OPERATOR_WEBHOOK_URL": "https://ops.example/hook"}
+        if secret is not None:
+            extra["DISPATCHER_OPERATOR_WEBHOOK_SECRET"] = secret
+        proc = await start(database_url, "serve", "--port", "0", **extra)
+        _, err_bytes = await asyncio.wait_for(proc.communicate(), timeout=30)
+        err = err_bytes.decode()
+        assert proc.returncode != 0, err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("dispatcher: error: DISPATCHER_OPERATOR_WEBHOOK_SECRET"), last
+        assert words in last
+        assert "Traceback" not in err
+        if secret is not None:
+            assert secret not in err

@@ -34,8 +34,8 @@ WHERE workspace_id = $1 AND (id = ANY($2::text[]) OR ($3 AND number = ANY($2::te
 SELECT pg_advisory_xact_lock(hashtext('dispatcher-demo'))
 
 -- name: any_workspace
--- Whether the database has a workspace.
-SELECT EXISTS (SELECT 1 FROM workspaces)
+-- Whether the database has a workspace (the operator sink's internal one does not count).
+SELECT EXISTS (SELECT 1 FROM workspaces WHERE NOT operator)
 
 -- name: offer_instance_secret
 -- Store $2 as the fleet's secret named $1, unless there is one.
