@@ -586,6 +586,11 @@ class _Connection(asyncio.Protocol):
             self.state = _LENGTH
 
     def _read_length(self, data: bytes) -> bytes:
+        return self._read_sized(data, _DONE)
+
+    def _read_sized(self, data: bytes, then: int) -> bytes:
+        """The `left` bytes of a body of known size (the whole body, or one chunk), then on
+        to state `then`; returns what follows them."""
         if len(data) < self.left:
             self.left -= len(data)
             return self._body(data)
@@ -593,7 +598,7 @@ class _Connection(asyncio.Protocol):
         self._body(data[: self.left])
         self.left = 0
         if self.state != _CUT:
-            self.state = _DONE
+            self.state = then
         return rest
 
     def _body(self, data: bytes) -> bytes:
@@ -612,15 +617,7 @@ class _Connection(asyncio.Protocol):
 
     def _read_chunked(self, data: bytes) -> bytes:
         if self.state == _CHUNK_DATA:
-            if len(data) < self.left:
-                self.left -= len(data)
-                return self._body(data)
-            rest = data[self.left :]
-            self._body(data[: self.left])
-            self.left = 0
-            if self.state != _CUT:
-                self.state = _CHUNK_END
-            return rest
+            return self._read_sized(data, _CHUNK_END)
         line, rest = self._line(data)
         if line is None:
             return b""
