@@ -15,7 +15,7 @@ SELECT pg_advisory_xact_lock_shared(hashtext('dispatcher_expunge'), hashtext($1)
 -- name: erase_event
 -- Erase event $2 of workspace $1 (not a test event): its payload becomes its envelope with
 -- `"data":null`, which is all an attempt could send from now on; expunged at $3 unless it
--- was already. Returns it as `event` does.
+-- was already. Returns it as events.sql's `event` does.
 UPDATE events
 SET payload = dispatcher_envelope(id, type, created_at, 'null'::json),
     expunged_at = coalesce(expunged_at, $3)
@@ -66,7 +66,7 @@ WHERE delivery_id = ANY($1::text[]) AND delivery_created_at = $2 AND response_bo
 
 -- name: erase_message_text
 -- Erase the text of message $2 of workspace $1, expunged at $3 unless it was already; returns
--- it as `message` does.
+-- it as messages.sql's `message` does.
 UPDATE messages SET text = NULL, expunged_at = coalesce(expunged_at, $3)
 WHERE workspace_id = $1 AND id = $2
 RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
