@@ -91,14 +91,18 @@ CREATE TABLE IF NOT EXISTS messages (
     direction        text NOT NULL CHECK (direction IN ('incoming', 'outgoing')),
     from_number      text NOT NULL,
     to_number        text NOT NULL,
-    text             text NOT NULL,
+    -- NULL once the message is expunged (POST /v1/messages/{id}/expunge): its text is gone.
+    text             text,
     media            jsonb NOT NULL DEFAULT '[]',
     status           text NOT NULL
         CHECK (status IN ('queued', 'sent', 'delivered', 'undelivered', 'received')),
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
     -- When the carrier should next move this message along (sandbox carrier).
-    carrier_due_at   timestamptz
+    carrier_due_at   timestamptz,
+    -- When its text was erased (docs/messages.md, "Removing a message's text"); NULL while
+    -- it has it. (Last: schema 10 added it.)
+    expunged_at      timestamptz
 );
 CREATE INDEX IF NOT EXISTS messages_page ON messages (workspace_id, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_carrier_due ON messages (carrier_due_at)
@@ -147,6 +151,10 @@ CREATE TABLE IF NOT EXISTS events (
     -- of one lane one at a time, in order (docs/webhooks.md). NULL: the shared lane.
     -- (Last: schema 9 added it.)
     ordering_key   text,
+    -- When the event's content was erased (docs/events.md, "Removing content"): its payload
+    -- is then the envelope with `"data":null`, its deliveries' response excerpts are gone, and
+    -- none of them is sent again. NULL otherwise. (Last: schema 10 added it.)
+    expunged_at  timestamptz,
     PRIMARY KEY (id, created_at)
 ) PARTITION BY RANGE (created_at);
 -- Idempotency keys are unique per workspace within 24 hours; publish() enforces that under an
@@ -254,7 +262,12 @@ CREATE TABLE IF NOT EXISTS delivery_queue (
     lease_owner  text,
     -- What made the row due, for its attempt's record: the schedule, a manual retry, a
     -- recover, a test (`trigger` of the attempt log). Back to 'schedule' after an attempt.
-    trigger      text NOT NULL DEFAULT 'schedule'
+    trigger      text NOT NULL DEFAULT 'schedule',
+    -- Its event was expunged while this row was leased (an attempt in flight): the record of
+    -- that attempt keeps no response excerpt and schedules no retry, and a claim of the row
+    -- (its lease handed back unrecorded) gives it up instead of sending it. Rows not leased
+    -- then are given up at once, so only leased ones ever carry it.
+    expunged     boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.01,
         autovacuum_analyze_scale_factor = 0.01);
 -- The claim walks this in due order (claimed rows sit at 'infinity', past every due one).
@@ -610,4 +623,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO dispatcher_schema (version) VALUES (9) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (10) ON CONFLICT DO NOTHING;

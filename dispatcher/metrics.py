@@ -49,7 +49,7 @@ END_TO_END = Histogram(
 GIVEN_UP = Counter(
     "dispatcher_deliveries_given_up_total",
     "Deliveries given up by the engine (exhausted retries, 410 Gone, or a retry given up "
-    "because its webhook was disabled or deleted during the attempt).",
+    "because its webhook was disabled or deleted, or its event expunged, during the attempt).",
     ["reason"],
 )
 WEBHOOKS_DISABLED = Counter(
@@ -136,7 +136,7 @@ def attempt_duration(outcome: str) -> Any:
 def _declare_label_values() -> None:
     """Create the known label values at import, so every series exists from the first scrape
     (an `increase()` over a series that appears at 1 would miss the first event)."""
-    for reason in ("exhausted", "gone", "disabled"):
+    for reason in ("exhausted", "gone", "disabled", "expunged"):
         GIVEN_UP.labels(reason)
     for reason in ("failing", "gone"):
         WEBHOOKS_DISABLED.labels(reason)

@@ -1,4 +1,5 @@
-"""Events: publishing them directly (the API door of the three), and reading the stream."""
+"""Events: publishing them directly (the API door of the three), reading the stream, and
+expunging an event's content."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 from typing import Any
 
 import orjson
+import structlog
 from aiohttp import web
 
 from dispatcher.api.context import Services, requires
@@ -26,19 +28,20 @@ from dispatcher.api.resources import (
     EventEnvelope,
     EventWithDeliveries,
     Page,
-    StoredEnvelope,
+    StoredEvent,
     delivery,
     event_with_deliveries,
-    stored_envelope,
+    stored_event,
 )
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.events import EVENT_TYPE_PATTERN
 from dispatcher.errors import FieldError, NotFound, ValidationFailed
-from dispatcher.store import deliveries, events
+from dispatcher.store import deliveries, events, expunge
 from dispatcher.store.database import Record
 from dispatcher.store.workspaces import ApiKey
 
 routes = web.RouteTableDef()
+log = structlog.get_logger("dispatcher.api")
 
 MAX_IDEMPOTENCY_KEY = 255
 # Visible ASCII (the IETF Idempotency-Key draft's key is a string of it): a header byte outside
@@ -110,7 +113,7 @@ SUMMARIES = 100  # deliveries shown with an event; its deliveries list pages thr
 
 @routes.get("/v1/events")
 @requires(Scope.EVENTS_READ)
-@operation(200, Page[StoredEnvelope], query=EVENT_FILTERS)
+@operation(200, Page[StoredEvent], query=EVENT_FILTERS)
 async def list_events(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """The workspace's events, newest first (test events are not part of the stream)."""
     filters = read_query(request, EVENT_FILTERS)
@@ -125,7 +128,7 @@ async def list_events(request: web.Request, svc: Services, key: ApiKey) -> web.R
         limit=pager.limit,
         after=pager.after,
     )
-    return json_response(pager.render(page, [stored_envelope(row) for row in page.rows]))
+    return json_response(pager.render(page, [stored_event(row) for row in page.rows]))
 
 
 async def _event(svc: Services, key: ApiKey, event_id: str) -> Record:
@@ -135,12 +138,8 @@ async def _event(svc: Services, key: ApiKey, event_id: str) -> Record:
     return row
 
 
-@routes.get("/v1/events/{event_id}")
-@requires(Scope.EVENTS_READ)
-@operation(200, EventWithDeliveries)
-async def get_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    """The event as published, with how many deliveries it has and the first 100."""
-    row = await _event(svc, key, request.match_info["event_id"])
+async def _with_deliveries(svc: Services, key: ApiKey, row: Record) -> EventWithDeliveries:
+    """The event with how many deliveries it has and the first 100."""
     first = await deliveries.list_for_event(
         svc.db, key.workspace_id, row["id"], row["created_at"], limit=SUMMARIES, after=None
     )
@@ -150,7 +149,36 @@ async def get_event(request: web.Request, svc: Services, key: ApiKey) -> web.Res
         count = await deliveries.count_for_event(
             svc.db, key.workspace_id, row["id"], row["created_at"]
         )
-    return json_response(event_with_deliveries(row, first.rows, count))
+    return event_with_deliveries(row, first.rows, count)
+
+
+@routes.get("/v1/events/{event_id}")
+@requires(Scope.EVENTS_READ)
+@operation(200, EventWithDeliveries)
+async def get_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """The event as published (`data` null once expunged), with how many deliveries it has and
+    the first 100."""
+    row = await _event(svc, key, request.match_info["event_id"])
+    return json_response(await _with_deliveries(svc, key, row))
+
+
+@routes.post("/v1/events/{event_id}/expunge")
+@requires(Scope.EVENTS_WRITE)
+@operation(200, EventWithDeliveries)
+async def expunge_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """Erase the event's content: its `data` (null from now on, in the event and in its
+    deliveries' `payload`) and every response excerpt its deliveries' attempts kept. Its
+    pending deliveries are given up (`lastError` `expunged`); one in flight ends with its
+    attempt, keeping no excerpt and scheduling no retry. None of its deliveries can be
+    retried (409), and a recover skips them. Answers the event as `GET` does, `expunged`
+    true; again, the same."""
+    row = await expunge.event(
+        svc.db, key.workspace_id, request.match_info["event_id"], svc.clock.now()
+    )
+    if row is None:
+        raise NotFound("event not found")
+    log.info("event.expunged", workspace_id=key.workspace_id, event_id=row["id"])
+    return json_response(await _with_deliveries(svc, key, row))
 
 
 @routes.get("/v1/events/{event_id}/deliveries")

@@ -1,9 +1,10 @@
-"""Messages: send, list, read."""
+"""Messages: send, list, read, and erase one's text."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+import structlog
 from aiohttp import web
 
 from dispatcher.api.context import Services, requires
@@ -17,10 +18,11 @@ from dispatcher.api.resources import Message, Page, message
 from dispatcher.domain import ids
 from dispatcher.domain.enums import Direction, Scope
 from dispatcher.errors import NotFound
-from dispatcher.store import messages
+from dispatcher.store import expunge, messages
 from dispatcher.store.workspaces import ApiKey
 
 routes = web.RouteTableDef()
+log = structlog.get_logger("dispatcher.api")
 
 FILTERS = (
     id_parameter("numberId", ids.NUMBER),
@@ -75,4 +77,20 @@ async def get_message(request: web.Request, svc: Services, key: ApiKey) -> web.R
     row = await messages.get(svc.db, key.workspace_id, request.match_info["message_id"])
     if row is None:
         raise NotFound("message not found")
+    return json_response(message(row))
+
+
+@routes.post("/v1/messages/{message_id}/expunge")
+@requires(Scope.MESSAGES_WRITE)
+@operation(200, Message)
+async def expunge_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """Erase the message's text (personal data): `text` null and `expunged` true, here and in
+    the `data` of every event that carried it (their deliveries not yet sent go without it).
+    Answers the message; again, the same."""
+    row = await expunge.message(
+        svc.db, key.workspace_id, request.match_info["message_id"], svc.clock.now()
+    )
+    if row is None:
+        raise NotFound("message not found")
+    log.info("message.expunged", workspace_id=key.workspace_id, message_id=row["id"])
     return json_response(message(row))

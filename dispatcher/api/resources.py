@@ -46,6 +46,7 @@ __all__ = [
     "DeliverySummary",
     "ErrorBody",
     "ErrorDetail",
+    "Event",
     "EventEnvelope",
     "EventWithDeliveries",
     "Message",
@@ -64,7 +65,7 @@ __all__ = [
     "message",
     "recovered",
     "secret",
-    "stored_envelope",
+    "stored_event",
     "webhook",
     "webhook_stats",
     "webhook_with_secret",
@@ -77,6 +78,18 @@ ItemT = TypeVar("ItemT")
 StoredEnvelope = Annotated[
     orjson.Fragment, GetPydanticSchema(lambda _, handler: handler(EventEnvelope))
 ]
+
+
+class Event(EventEnvelope):
+    """An event of the workspace's stream: its envelope as stored (and sent), and whether its
+    content was expunged (then its `data` is null)."""
+
+    expunged: bool
+
+
+# An event as the stream lists it: its stored envelope with `expunged` added, still never
+# parsed (see `stored_event`).
+StoredEvent = Annotated[orjson.Fragment, GetPydanticSchema(lambda _, handler: handler(Event))]
 
 
 class Page(TypedDict, Generic[ItemT]):
@@ -133,7 +146,7 @@ class DeliverySummary(TypedDict):
     attempts: int
 
 
-class EventWithDeliveries(EventEnvelope):
+class EventWithDeliveries(Event):
     """An event as it was published, with where it went: how many deliveries it has, and the
     first 100 of them (`GET /v1/events/{id}/deliveries` pages through all)."""
 
@@ -142,7 +155,8 @@ class EventWithDeliveries(EventEnvelope):
 
 
 class Delivery(TypedDict):
-    """One event's delivery to one webhook, with its last attempt's result."""
+    """One event's delivery to one webhook, with its last attempt's result. `payload` is its
+    event's envelope as stored: `data` is null once the event is expunged (`expunged`)."""
 
     id: str
     webhookId: str
@@ -156,6 +170,7 @@ class Delivery(TypedDict):
     responseMs: int | None
     responseStatus: int | None
     status: DeliveryStatus
+    expunged: bool
 
 
 class Attempt(TypedDict):
@@ -320,15 +335,20 @@ def webhook_stats(health: EndpointHealth) -> WebhookStats:
     }
 
 
-def stored_envelope(row: Row) -> StoredEnvelope:
-    """An event's envelope as it was stored and sent: embedded as it is, never re-serialised."""
-    return orjson.Fragment(row["payload"])
+def stored_event(row: Row) -> StoredEvent:
+    """An event's envelope as it was stored and sent, with `expunged` added as its last member:
+    embedded as it is, never parsed and re-serialised. (The envelope is always a JSON object
+    made by schema.sql's dispatcher_envelope, so it ends with its closing brace.)"""
+    payload: str = row["payload"]
+    expunged = "true" if row["expunged"] else "false"
+    return orjson.Fragment(f'{payload[:-1]},"expunged":{expunged}}}')
 
 
 def event_with_deliveries(row: Row, deliveries: Sequence[Row], count: int) -> EventWithDeliveries:
     envelope: EventEnvelope = orjson.loads(row["payload"])
     return {
         **envelope,
+        "expunged": row["expunged"],
         "deliveryCount": count,
         "deliveries": [
             {
@@ -356,4 +376,5 @@ def delivery(row: Row) -> Delivery:
         "responseMs": row["response_ms"],
         "responseStatus": row["response_status"],
         "status": row["status"],
+        "expunged": row["expunged"],
     }

@@ -51,6 +51,9 @@ OPERATIONAL_TYPES: frozenset[str] = frozenset(
 )
 # Types a subscription may hear.
 EVENT_TYPES: frozenset[str] = PUBLISHABLE_TYPES | OPERATIONAL_TYPES
+# The types whose data is a Message (domain/resources.py): an expunge of a message erases its
+# text from them.
+MESSAGE_EVENTS: frozenset[str] = frozenset(t for t in EVENT_TYPES if t.startswith("message."))
 
 # Each call status has its event: `call.ringing`, ...
 CALL_STATUS_EVENTS: dict[CallStatus, str] = {status: f"call.{status}" for status in CallStatus}

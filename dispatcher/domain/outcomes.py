@@ -15,8 +15,9 @@ after the batch's own change: what the engine saw at claim time may be stale, si
 engines record attempts to the same endpoints meanwhile.
 
 One rule is executed by the store alone, because only the database knows at that moment: a
-`RetryAt` whose webhook was disabled or deleted while the attempt was in flight is written as
-given up (`GiveUpReason.DISABLED`), its `lastError` suffixed with why.
+`RetryAt` whose webhook was disabled or deleted (`GiveUpReason.DISABLED`), or whose event was
+expunged (`GiveUpReason.EXPUNGED`), while the attempt was in flight is written as given up,
+its `lastError` suffixed with why.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class GiveUpReason(StrEnum):
     EXHAUSTED = "exhausted"  # the retry schedule ran out
     GONE = "gone"  # the receiver answered 410
     DISABLED = "disabled"  # its webhook was disabled or deleted while the attempt was in flight
+    EXPUNGED = "expunged"  # its event was expunged while the attempt was in flight
 
 
 class ClockEffect(StrEnum):

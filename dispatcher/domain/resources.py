@@ -49,14 +49,18 @@ Message = TypedDict(
         "direction": Direction,
         "from": str,
         "to": str,
-        "text": str,
+        "text": str | None,
         "media": list[MessageMedia],
         "numberId": str,
         "conversationId": str,
         "status": MessageStatus,
+        "expunged": bool,
     },
 )
-Message.__doc__ = "An SMS message to or from one of the workspace's numbers."
+Message.__doc__ = (
+    "An SMS message to or from one of the workspace's numbers. Once expunged, its `text` is "
+    "null (and so in the events that carried it)."
+)
 
 Call = TypedDict(
     "Call",
@@ -77,13 +81,14 @@ Call.__doc__ = "A call record on one of the workspace's numbers."
 
 class EventEnvelope(TypedDict):
     """What every webhook delivery carries, and what `POST /v1/events` answers. Its bytes are
-    made once, when the event is stored, and sent as they are on every attempt."""
+    made once, when the event is stored, and sent as they are on every attempt; an expunge
+    of the event rewrites them with `data` null (and nothing is sent any more)."""
 
     id: str
     type: str
     apiVersion: str
     createdAt: Timestamp
-    data: Mapping[str, Any]
+    data: Mapping[str, Any] | None
 
 
 def message(row: Row) -> Message:
@@ -98,7 +103,14 @@ def message(row: Row) -> Message:
         "numberId": row["number_id"],
         "conversationId": row["conversation_id"],
         "status": row["status"],
+        "expunged": row["expunged"],
     }
+
+
+def erase_text(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A message's data (as an event carries it) without its text: `text` null, `expunged`
+    true, the rest as it was, in its order."""
+    return {**data, "text": None, "expunged": True}
 
 
 def call(row: Row) -> Call:

@@ -13,7 +13,7 @@ from datetime import datetime
 from dispatcher.domain.enums import AttemptTrigger
 from dispatcher.domain.events import TEST_EVENT
 from dispatcher.errors import Conflict, NotFound
-from dispatcher.store import events, webhooks
+from dispatcher.store import events, expunge, webhooks
 from dispatcher.store.database import Connection, Database, Record, fetch_one
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
@@ -102,6 +102,7 @@ async def create_test(db: Database, workspace_id: str, webhook_id: str, now: dat
     return row
 
 
+EXPUNGED = "the delivery's event was expunged: its content is gone, so it cannot be sent again"
 IN_FLIGHT = (
     "the delivery is being attempted right now; a second request in parallel would reach the "
     "receiver twice. Retry it once this attempt is recorded"
@@ -111,12 +112,16 @@ IN_FLIGHT = (
 async def retry(
     db: Database, workspace_id: str, webhook_id: str, delivery_id: str, now: datetime
 ) -> Record:
-    """Make a delivery due now, whatever its status; same id, so the same `webhook-id`."""
+    """Make a delivery due now, whatever its status; same id, so the same `webhook-id`. A
+    delivery whose event was expunged has nothing left to send: a conflict."""
     async with db.transaction() as conn:
+        await expunge.hold_off_expunges(conn, workspace_id)
         hook = await _live_webhook(conn, workspace_id, webhook_id)
-        found = await conn.fetchval(SQL.lock_delivery, workspace_id, webhook_id, delivery_id)
+        found = await conn.fetchrow(SQL.lock_delivery, workspace_id, webhook_id, delivery_id)
         if found is None:
             raise NotFound("delivery not found")
+        if found["expunged"]:
+            raise Conflict(EXPUNGED)
         if hook["disabled_at"] is not None:
             raise Conflict("the webhook is disabled; enable it, then retry")
         # The history row's lock (above) orders retries of one delivery; the queue row's lock
@@ -147,9 +152,12 @@ async def recover(
 
     Only events created at or after the subscription itself count: `since` earlier than its
     `createdAt` is moved up to it. Deliveries pending (in flight or waiting) or delivered are
-    never touched, so recover cannot make a second, parallel send.
+    never touched, so recover cannot make a second, parallel send. Expunged events are
+    skipped: they have nothing left to send (a range is recovered as far as it can be; a
+    retry of one expunged delivery, by contrast, is refused).
     """
     async with db.transaction() as conn:
+        await expunge.hold_off_expunges(conn, workspace_id)
         hook = await _live_webhook(conn, workspace_id, webhook_id)
         if hook["disabled_at"] is not None:
             raise Conflict("the webhook is disabled; enable it, then recover")

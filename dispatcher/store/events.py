@@ -1,7 +1,8 @@
-"""Publishing events. Every door (the API, inbound, the carrier, a webhook's test, the SQL
-outbox) ends in schema.sql's `dispatcher_append_event`, the one writer of `events`: it builds
-the envelope (`dispatcher_envelope`), stores the event and fans it out. Its statements are in
-queries/events.sql."""
+"""Publishing events, and reading the stream. Every door (the API, inbound, the carrier, a
+webhook's test, the SQL outbox) ends in schema.sql's `dispatcher_append_event`, the one writer
+of new events: it builds the envelope (`dispatcher_envelope`), stores the event and fans it
+out. (An expunge rewrites envelopes, with `dispatcher_envelope` too: store/expunge.py.) Its
+statements are in queries/events.sql."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Messages and call records. Each is written with its conversation's update in one statement
 (the thread's upsert, conversations.sql's `touch`, as its first step), and an incoming one with
 its event in the same transaction, so an event exists exactly when the change it describes
-does. Statements in queries/messages.sql."""
+does. (A message's text is erased by store/expunge.py.) Statements in queries/messages.sql."""
 
 from __future__ import annotations
 

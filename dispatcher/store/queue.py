@@ -61,7 +61,7 @@ _WALK_HEAD = """
     -- Due rows in due order, walking delivery_queue_due lazily: a claim reads about as many
     -- entries as it takes (plus those of saturated endpoints it passes). Rows another engine
     -- is claiming right now are skipped, not waited for.
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged
     FROM delivery_queue q
     WHERE q.due_at <= $1
       AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
@@ -75,7 +75,7 @@ _WALK_WINDOW = """
     -- The same walk, within a window of the due index's first $5 entries: when much of the
     -- head of the backlog belongs to saturated endpoints, a claim still reads at most about
     -- twice the window, not the whole backlog.
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged
     FROM delivery_queue q
     WHERE q.due_at <= $1
       -- The window's end: the due time of its last entry (NULL: fewer due rows than that).
@@ -105,7 +105,7 @@ _WALK_ENDPOINTS = """
     WHERE id NOT IN (SELECT webhook_id FROM saturated)
     LIMIT $5
 ), due AS (
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged
     FROM visited v
     CROSS JOIN LATERAL (
         SELECT delivery_id FROM delivery_queue
@@ -127,15 +127,17 @@ _CLAIM_REST = """), busy AS (
     WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
     GROUP BY l.webhook_id
 ), ranked AS (
-    -- Per endpoint, only as many rows as it has free slots. A row whose webhook was disabled
-    -- or deleted gets `stopped` (why it is given up): such rows come up only when a lease
-    -- taken before the disable was handed back unrecorded (its engine died), since disabling
-    -- settles every row not in flight at once.
+    -- Per endpoint, only as many rows as it has free slots. A row whose event was expunged,
+    -- or whose webhook was disabled or deleted, gets `stopped` (why it is given up): such
+    -- rows come up only when a lease taken before the expunge or the disable was handed back
+    -- unrecorded (its engine died or stopped), since both settle every row not in flight at
+    -- once.
     SELECT due.delivery_id, due.due_at,
            row_number() OVER (PARTITION BY due.webhook_id
                               ORDER BY due.due_at, due.delivery_id) AS rank,
            coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
-           CASE WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+           CASE WHEN due.expunged THEN 'expunged'
+                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
                 WHEN w.disabled_at IS NOT NULL AND NOT due.is_test THEN 'webhook disabled'
            END AS stopped
     FROM due
@@ -182,23 +184,28 @@ WITH r AS (
 ), held AS (
     -- Only results of attempts this engine still holds: a late one (its lease was handed
     -- back, the row claimed again or settled) is dropped.
-    SELECT q.delivery_id, q.created_at, q.webhook_id, q.trigger, r.*,
-           CASE WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+    SELECT q.delivery_id, q.created_at, q.webhook_id, q.trigger, q.expunged, r.*,
+           CASE WHEN q.expunged THEN 'expunged'
+                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
                 WHEN w.disabled_at IS NOT NULL AND NOT q.is_test THEN 'webhook disabled'
            END AS stop
     FROM r
     JOIN delivery_queue q ON q.delivery_id = r.id
     JOIN webhooks w ON w.id = q.webhook_id
     -- (IS NOT DISTINCT FROM: not an index condition, so the rows are found from the results
-    -- by primary key, never by walking every lease, whatever the statistics say.)
+    -- by primary key, never by walking every lease, whatever the statistics say.) Locked in
+    -- id order, as an expunge locks its event's rows (store/expunge.py): never a deadlock.
     WHERE q.lease_owner IS NOT DISTINCT FROM $9 AND q.attempts = r.attempts_before
+    ORDER BY q.delivery_id
     FOR UPDATE OF q
 ), final AS (
     -- An attempt that was made is always counted and its outcome written, as decided
-    -- (domain/outcomes.py). A retry it would have scheduled is given up instead when the
-    -- webhook was disabled (test deliveries excepted, as in the claim) or deleted while the
-    -- attempt was in flight (GiveUpReason.DISABLED: only the database knows it now).
-    SELECT delivery_id, created_at, webhook_id, trigger, started_at, outcome, response_body,
+    -- (domain/outcomes.py). A retry it would have scheduled is given up instead when its
+    -- event was expunged (GiveUpReason.EXPUNGED), or its webhook disabled (test deliveries
+    -- excepted, as in the claim) or deleted (GiveUpReason.DISABLED), while the attempt was in
+    -- flight: only the database knows it now. An expunged event's answer is not kept.
+    SELECT delivery_id, created_at, webhook_id, trigger, started_at, outcome, stop,
+           CASE WHEN expunged THEN NULL ELSE response_body END AS response_body,
            response_status, response_ms, delivered_at,
            attempts_before + 1 AS attempts,
            CASE WHEN status = 'pending' AND stop IS NOT NULL THEN 'failed'
@@ -237,7 +244,7 @@ SET attempts = f.attempts,
     next_attempt_at = f.next_attempt_at
 FROM final f
 WHERE d.id = f.delivery_id AND d.created_at = f.created_at
-RETURNING d.id, d.status, d.created_at, d.workspace_id, d.event_id, d.event_type,
+RETURNING d.id, d.status, d.created_at, f.stop, d.workspace_id, d.event_id, d.event_type,
           d.attempts, d.last_error,
           -- Whether an earlier attempt failed (a delivered one may be worth a
           -- delivery.recovered): a retry on the schedule follows a failure; after a manual
@@ -370,7 +377,8 @@ class Recorded(NamedTuple):
     """What a batch's record did, for the engine to report."""
 
     # Results written whose delivery is now failed, with why: their decision's, or
-    # `disabled` for a retry given up because the webhook stopped while it was in flight.
+    # `expunged` / `disabled` for a retry given up because its event was expunged or its
+    # webhook stopped while it was in flight.
     given_up: list[tuple[Result, GiveUpReason]]
     disabled: dict[str, DisabledReason]  # webhook id -> why, for those this batch disabled
 
@@ -403,13 +411,17 @@ async def record(
         await stats.record_batch(conn, applied, settled, owner)
         await _update_failure_clocks(conn, applied)
         disabled = await _disable_endpoints(conn, applied, now, timedelta(seconds=disable_after))
-        given_up = [
-            (r, r.decision.why if type(r.decision) is GivenUp else GiveUpReason.DISABLED)
-            for r in applied
-            if r.id in failed
-        ]
+        given_up = [(r, _why_given_up(r, written[r.id]["stop"])) for r in applied if r.id in failed]
         await _tell_workspaces(conn, applied, written, {r.id: why for r, why in given_up}, now)
     return Recorded(given_up, disabled)
+
+
+def _why_given_up(result: Result, stop: str | None) -> GiveUpReason:
+    """Why a written result's delivery is failed: as decided, or (a retry turned into a
+    give-up by RECORD) because of what stopped it while the attempt was in flight."""
+    if type(result.decision) is GivenUp:
+        return result.decision.why
+    return GiveUpReason.EXPUNGED if stop == GiveUpReason.EXPUNGED else GiveUpReason.DISABLED
 
 
 _RecordColumns: TypeAlias = tuple[

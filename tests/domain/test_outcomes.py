@@ -269,4 +269,4 @@ def test_the_public_strings() -> None:
         "connection_error",
         "blocked",
     ]
-    assert [r.value for r in GiveUpReason] == ["exhausted", "gone", "disabled"]
+    assert [r.value for r in GiveUpReason] == ["exhausted", "gone", "disabled", "expunged"]

@@ -24,7 +24,7 @@ def counts() -> dict[tuple[str, str], float]:
     return {
         (name, reason): REGISTRY.get_sample_value(name, {"reason": reason}) or 0.0
         for name, reasons in (
-            (GIVEN_UP, ("exhausted", "gone", "disabled")),
+            (GIVEN_UP, ("exhausted", "gone", "disabled", "expunged")),
             (DISABLED, ("failing", "gone")),
         )
         for reason in reasons

@@ -7,14 +7,14 @@
 -- order and the limit; columns are prefixed `d.`).
 SELECT d.id, d.webhook_id, d.attempts, d.created_at, d.delivered_at, d.event_type,
        d.last_error, d.next_attempt_at, d.response_ms, d.response_status, d.status,
-       e.payload
+       e.payload, e.expunged_at IS NOT NULL AS expunged
 FROM deliveries d JOIN events e ON e.id = d.event_id AND e.created_at = d.created_at
 
 -- name: delivery
 -- One delivery of workspace $1's webhook $2, by id ($3), with its event's payload.
 SELECT d.id, d.webhook_id, d.attempts, d.created_at, d.delivered_at, d.event_type,
        d.last_error, d.next_attempt_at, d.response_ms, d.response_status, d.status,
-       e.payload
+       e.payload, e.expunged_at IS NOT NULL AS expunged
 FROM deliveries d JOIN events e ON e.id = d.event_id AND e.created_at = d.created_at
 WHERE d.workspace_id = $1 AND d.webhook_id = $2 AND d.id = $3
 
@@ -22,16 +22,18 @@ WHERE d.workspace_id = $1 AND d.webhook_id = $2 AND d.id = $3
 -- Webhook $1's delivery of event $2 (created at $3: one partition), with the event's payload.
 SELECT d.id, d.webhook_id, d.attempts, d.created_at, d.delivered_at, d.event_type,
        d.last_error, d.next_attempt_at, d.response_ms, d.response_status, d.status,
-       e.payload
+       e.payload, e.expunged_at IS NOT NULL AS expunged
 FROM deliveries d JOIN events e ON e.id = d.event_id AND e.created_at = d.created_at
 WHERE d.webhook_id = $1 AND d.event_id = $2 AND d.created_at = $3
 
 -- name: lock_delivery
 -- Lock delivery $3 of workspace $1's webhook $2 (it orders the retries of one delivery);
--- returns its id, or nothing when there is no such delivery.
-SELECT id FROM deliveries
-WHERE workspace_id = $1 AND webhook_id = $2 AND id = $3
-FOR UPDATE
+-- returns its id and whether its event was expunged, or nothing when there is no such
+-- delivery.
+SELECT d.id, e.expunged_at IS NOT NULL AS expunged
+FROM deliveries d JOIN events e ON e.id = d.event_id AND e.created_at = d.created_at
+WHERE d.workspace_id = $1 AND d.webhook_id = $2 AND d.id = $3
+FOR UPDATE OF d
 
 -- name: lock_queued
 -- Lock delivery $1's row in the engine's queue, if it has one (it orders a retry against the
@@ -48,11 +50,15 @@ WHERE id = $1
 UPDATE delivery_queue SET due_at = $2, trigger = $3 WHERE delivery_id = $1
 
 -- name: requeue_failed
--- Make webhook $1's failed deliveries created in [$2, $3) pending again, due at $4; returns
--- their ids.
-UPDATE deliveries SET status = 'pending', next_attempt_at = $4
-WHERE webhook_id = $1 AND status = 'failed' AND created_at >= $2 AND created_at < $3
-RETURNING id
+-- Make webhook $1's failed deliveries created in [$2, $3) pending again, due at $4, those of
+-- expunged events excepted; returns their ids.
+UPDATE deliveries d SET status = 'pending', next_attempt_at = $4
+WHERE d.webhook_id = $1 AND d.status = 'failed' AND d.created_at >= $2 AND d.created_at < $3
+  AND NOT EXISTS (
+      SELECT 1 FROM events e
+      WHERE e.id = d.event_id AND e.created_at = d.created_at AND e.expunged_at IS NOT NULL
+  )
+RETURNING d.id
 
 -- name: enqueue
 -- Give the pending deliveries among $1 (made pending again: a retry, a recover) their rows in
@@ -68,8 +74,9 @@ ON CONFLICT (delivery_id) DO NOTHING
 
 -- name: deliver_missed
 -- Deliveries for the events of workspace $2 created in [$3, $4) that webhook $1 hears and has
--- no delivery of, due at $5, because of $6; returns how many were made. (Only the missed ones
--- reach dispatcher_add_deliveries, which would skip the others too.)
+-- no delivery of, due at $5, because of $6, expunged events excepted; returns how many were
+-- made. (Only the missed ones reach dispatcher_add_deliveries, which would skip the others
+-- too.)
 SELECT coalesce(sum(dispatcher_add_deliveries(e.id, e.created_at, e.workspace_id, e.type,
                                               e.number_id, ARRAY[w.id], $5, $6, NULL)),
                 0)::int
@@ -77,6 +84,7 @@ FROM webhooks w
 JOIN events e ON e.workspace_id = w.workspace_id
 WHERE w.id = $1 AND w.workspace_id = $2
   AND e.created_at >= $3 AND e.created_at < $4
+  AND e.expunged_at IS NULL
   AND e.type = ANY (w.events)
   AND (w.number_ids IS NULL OR e.number_id = ANY (w.number_ids))
   AND NOT EXISTS (
@@ -91,7 +99,7 @@ WHERE w.id = $1 AND w.workspace_id = $2
 SELECT d.* FROM (
     SELECT x.id, x.webhook_id, x.attempts, x.created_at, x.delivered_at, x.event_type,
            x.last_error, x.next_attempt_at, x.response_ms, x.response_status, x.status,
-           e.payload
+           e.payload, e.expunged_at IS NOT NULL AS expunged
     FROM webhooks w
     CROSS JOIN LATERAL (
         SELECT * FROM deliveries one

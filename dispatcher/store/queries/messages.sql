@@ -11,7 +11,7 @@ INSERT INTO messages (id, workspace_id, number_id, conversation_id, direction, f
 SELECT $8, $2, $3, conversation.id, 'outgoing', $9, $4, $10, '[]', 'queued', $5, $5, $11
 FROM conversation
 RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
-          media, status, created_at
+          media, status, created_at, expunged_at IS NOT NULL AS expunged
 
 -- name: create_incoming
 -- A received message, after conversations.sql's `touch` (parameters $1 to $7, the contact $4
@@ -21,7 +21,7 @@ INSERT INTO messages (id, workspace_id, number_id, conversation_id, direction, f
 SELECT $8, $2, $3, conversation.id, 'incoming', $4, $9, $10, $11, 'received', $5, $5
 FROM conversation
 RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
-          media, status, created_at
+          media, status, created_at, expunged_at IS NOT NULL AS expunged
 
 -- name: create_call
 -- A call record, after conversations.sql's `touch` (parameters $1 to $7) as the CTE
@@ -36,20 +36,20 @@ RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, 
 -- name: message
 -- Message $2 of workspace $1.
 SELECT id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
-       media, status, created_at
+       media, status, created_at, expunged_at IS NOT NULL AS expunged
 FROM messages
 WHERE workspace_id = $1 AND id = $2
 
 -- name: messages_page
 -- A page of messages (store/pages.py adds the conditions, the order and the limit).
 SELECT id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
-       media, status, created_at
+       media, status, created_at, expunged_at IS NOT NULL AS expunged
 FROM messages
 
 -- name: claim_carrier_due
 -- Up to $2 outgoing messages the carrier should move along at $1, locked (others skip them).
 SELECT id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
-       media, status, created_at
+       media, status, created_at, expunged_at IS NOT NULL AS expunged
 FROM messages
 WHERE status IN ('queued', 'sent') AND carrier_due_at <= $1
 ORDER BY carrier_due_at
@@ -64,4 +64,4 @@ SET status = move.new_status, updated_at = $4, carrier_due_at = move.due_at
 FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS move (message_id, new_status, due_at)
 WHERE messages.id = move.message_id
 RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
-          media, status, created_at
+          media, status, created_at, expunged_at IS NOT NULL AS expunged

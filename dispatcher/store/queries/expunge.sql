@@ -1,0 +1,92 @@
+-- Removing content (dispatcher/store/expunge.py; docs/events.md, "Removing content"): an
+-- event's content, or a message's text, erased for good.
+
+-- name: lock_content_to_expunge
+-- Hold off, until the transaction ends, every retry and recover of workspace $1 (they hold
+-- lock_content_to_resend): an expunge then sees every queued delivery it must give up, and
+-- they see the expunge.
+SELECT pg_advisory_xact_lock(hashtext('dispatcher_expunge'), hashtext($1))
+
+-- name: lock_content_to_resend
+-- Wait for an expunge in workspace $1 to end, and hold the next off until the transaction
+-- ends (retries and recovers share it among themselves).
+SELECT pg_advisory_xact_lock_shared(hashtext('dispatcher_expunge'), hashtext($1))
+
+-- name: erase_event
+-- Erase event $2 of workspace $1 (not a test event): its payload becomes its envelope with
+-- `"data":null`, which is all an attempt could send from now on; expunged at $3 unless it
+-- was already. Returns it as events.sql's `event` does.
+UPDATE events
+SET payload = dispatcher_envelope(id, type, created_at, 'null'::json),
+    expunged_at = coalesce(expunged_at, $3)
+WHERE workspace_id = $1 AND id = $2 AND type <> 'webhook.test'
+RETURNING id, type, payload, created_at, expunged_at IS NOT NULL AS expunged
+
+-- name: event_delivery_ids
+-- The ids of the deliveries of event $1 (created at $2: one partition) in workspace $3, as
+-- deliveries.sql's event_deliveries_page finds them (one key probe per webhook).
+SELECT x.id
+FROM webhooks w
+CROSS JOIN LATERAL (
+    SELECT one.id FROM deliveries one
+    WHERE one.webhook_id = w.id AND one.event_id = $1 AND one.created_at = $2
+) x
+WHERE w.workspace_id = $3
+
+-- name: lock_queued_deliveries
+-- Lock the queue rows of deliveries $1 (those still pending), in id order as the engine's
+-- record does; returns each with whether it is in flight (leased).
+SELECT delivery_id, lease_owner IS NOT NULL AS in_flight
+FROM delivery_queue
+WHERE delivery_id = ANY($1::text[])
+ORDER BY delivery_id
+FOR UPDATE
+
+-- name: give_up_expunged
+-- Of the queued deliveries $1 of an expunged event: those in flight are marked, for their
+-- attempt's record and for a claim of a lease handed back; the others leave the queue and
+-- are settled `failed`, `expunged`.
+WITH marked AS (
+    UPDATE delivery_queue SET expunged = true
+    WHERE delivery_id = ANY($1::text[]) AND lease_owner IS NOT NULL
+), gone AS (
+    DELETE FROM delivery_queue
+    WHERE delivery_id = ANY($1::text[]) AND lease_owner IS NULL
+    RETURNING delivery_id, created_at
+)
+UPDATE deliveries d
+SET status = 'failed', last_error = 'expunged', next_attempt_at = NULL
+FROM gone
+WHERE d.id = gone.delivery_id AND d.created_at = gone.created_at
+
+-- name: erase_response_excerpts
+-- Erase the response excerpts of every attempt of deliveries $1 (created at $2).
+UPDATE delivery_attempts SET response_body = NULL
+WHERE delivery_id = ANY($1::text[]) AND delivery_created_at = $2 AND response_body IS NOT NULL
+
+-- name: erase_message_text
+-- Erase the text of message $2 of workspace $1, expunged at $3 unless it was already; returns
+-- it as messages.sql's `message` does.
+UPDATE messages SET text = NULL, expunged_at = coalesce(expunged_at, $3)
+WHERE workspace_id = $1 AND id = $2
+RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
+          media, status, created_at, expunged_at IS NOT NULL AS expunged
+
+-- name: events_carrying
+-- The events of workspace $1 created at or after $3 (the message's own time) whose data is
+-- message $2, of the types $4 that carry a message, unless expunged (their data is gone
+-- already): their id, created_at and payload. Walks events_window from the message's time;
+-- the substring test spares the JSON parse of the others.
+SELECT id, created_at, payload FROM events
+WHERE workspace_id = $1 AND created_at >= $3 AND type = ANY($4::text[])
+  AND expunged_at IS NULL
+  AND strpos(payload, $2) > 0
+  AND payload::json -> 'data' ->> 'id' = $2
+
+-- name: rewrite_event_data
+-- Give events $1 (created at $2) the data $3 (JSON text, one per event) in their envelopes,
+-- unless expunged meanwhile (an expunge's `"data":null` is never undone).
+UPDATE events e
+SET payload = dispatcher_envelope(e.id, e.type, e.created_at, new.data)
+FROM unnest($1::text[], $2::timestamptz[], $3::json[]) AS new (id, created_at, data)
+WHERE e.id = new.id AND e.created_at = new.created_at AND e.expunged_at IS NULL
