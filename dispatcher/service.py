@@ -186,15 +186,15 @@ def print_demo(key: str, host: str, port: int) -> None:
     call = f'{{"from": "{DEMO_CALLER}", "to": "{DEMO_NUMBER}", "status": "missed"}}'
     print(
         "\nA demo workspace is ready (printed once; create real ones with `dispatcher workspaces`"
-        " or the admin API)."
+        "\nor the admin API)."
         f"\n  number: {DEMO_NUMBER}\n  API key: {key}"
         f"\n\nSend a message:\n  {post % ('messages', message)}"
         f"\n\nHave a missed call come in:\n  {post % ('inbound/calls', call)}"
-        "\nIts signed `call.missed` delivery arrives at the demo receiver (the demo webhook"
-        f" points there): watch it in the console at {base}/console (sign in with the key), or"
+        "\nIts signed call.missed delivery arrives at the demo receiver of this process; watch it"
+        f"\nin the console, {base}/console (sign in with the API key), or read it with"
         f"\n  curl -s {base}/demo/receiver -H 'Authorization: Bearer {key}'"
-        "\n\nA webhook to a receiver of your own on localhost is refused by the outbound address"
-        "\nguard (`blocked: loopback address`) unless you allow it, e.g."
+        "\n\nYour own receiver on localhost? The outbound address guard refuses loopback and"
+        "\nprivate addresses (`blocked: loopback address`); allow them for local development with"
         "\n  DISPATCHER_ALLOWED_CIDRS=127.0.0.0/8,::1/128\n",
         flush=True,
     )
