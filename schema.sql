@@ -36,6 +36,8 @@ CREATE TABLE IF NOT EXISTS workspaces (
 );
 -- One operator sink, at most.
 CREATE UNIQUE INDEX IF NOT EXISTS workspaces_operator ON workspaces (operator) WHERE operator;
+-- The admin API's list of workspaces (GET /v1/admin/workspaces), newest first.
+CREATE INDEX IF NOT EXISTS workspaces_page ON workspaces (created_at DESC, id DESC);
 
 CREATE TABLE IF NOT EXISTS phone_numbers (
     id            text PRIMARY KEY,
@@ -53,8 +55,12 @@ CREATE TABLE IF NOT EXISTS api_keys (
     key_hash      bytea NOT NULL UNIQUE,
     scopes        text[] NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
-    revoked_at    timestamptz
+    revoked_at    timestamptz,
+    -- What the key is for, as its creator named it (NULL: unnamed).
+    name          text
 );
+-- A workspace's keys, newest first (GET /v1/admin/workspaces/{id}/keys).
+CREATE INDEX IF NOT EXISTS api_keys_page ON api_keys (workspace_id, created_at DESC, id DESC);
 
 -- A change to a key (a revocation, a deletion, a workspace's keys cascading away, a TRUNCATE)
 -- notifies `dispatcher_api_keys`: every process that keeps valid keys in memory forgets them at
@@ -623,4 +629,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO dispatcher_schema (version) VALUES (10) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (11) ON CONFLICT DO NOTHING;

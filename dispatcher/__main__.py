@@ -11,8 +11,9 @@ import orjson
 
 from dispatcher import __version__, log
 from dispatcher.api.context import SCOPES
+from dispatcher.api.models import MAX_NAME_LENGTH
 from dispatcher.domain.phone import is_e164
-from dispatcher.domain.text import is_blank
+from dispatcher.domain.text import name_problem
 from dispatcher.errors import DispatcherError
 from dispatcher.service import fail, open_database, run, serve, work
 from dispatcher.settings import Settings
@@ -56,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SCOPE",
         help=f"repeatable; one of: {', '.join(sorted(SCOPES))}",
     )
+    key_create.add_argument("--name", default=None, help="what the key is for (optional)")
     key_create.add_argument("--json", action="store_true", help="print JSON")
     key_revoke = key_cmds.add_parser("revoke", help="revoke an API key")
     key_revoke.add_argument("key_id")
@@ -81,7 +83,10 @@ async def _admin(settings: Settings, args: argparse.Namespace) -> None:
             number_id = await workspaces.add_number(db, args.workspace_id, args.number)
             _emit(args.json, {"id": number_id}, f"added number {args.number} as {number_id}")
         elif args.command == "keys" and args.action == "create":
-            key_id, key = await workspaces.create_key(db, args.workspace_id, args.scope)
+            row, key = await workspaces.insert_key(
+                db, args.workspace_id, args.scope, args.name or None
+            )
+            key_id = row["id"]
             _emit(
                 args.json,
                 {"id": key_id, "key": key},
@@ -90,6 +95,15 @@ async def _admin(settings: Settings, args: argparse.Namespace) -> None:
         elif args.command == "keys" and args.action == "revoke":
             await workspaces.revoke_key(db, args.key_id)
             _emit(args.json, {"id": args.key_id, "revoked": True}, f"revoked key {args.key_id}")
+
+
+def _names(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The names the command was given, to be held to the API's rules (domain/text.py)."""
+    if args.command == "workspaces":
+        return [("workspace", args.name)]
+    if args.command == "keys" and args.action == "create" and args.name:
+        return [("key", args.name)]
+    return []
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -101,9 +115,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if args.command == "numbers" and not is_e164(args.number):
         fail(f"{args.number!r} is not an E.164 number (like +15555550100)", 2)
-    if args.command == "workspaces" and is_blank(args.name):
-        fail("the workspace name must contain visible characters, not only spaces or "
-             "invisible characters", 2)  # fmt: skip
+    for what, name in _names(args):
+        problem = name_problem(name, MAX_NAME_LENGTH)
+        if problem is not None:
+            fail(f"the {what} name {problem}", 2)
     log.configure(settings.log_format, settings.log_level)
     try:
         if args.command == "serve":

@@ -18,6 +18,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
@@ -26,10 +27,12 @@ from aiohttp import web
 from dispatcher import monitor, tracing
 from dispatcher.api.app import create_app
 from dispatcher.api.context import SCOPES, Services
+from dispatcher.api.demo import DemoReceiver, receiver_url
 from dispatcher.api.health import ReadinessCheck, starting_app
 from dispatcher.api.metrics import metrics_only_app
 from dispatcher.carrier import SandboxCarrier
 from dispatcher.domain.clock import Clock, SystemClock
+from dispatcher.domain.events import EVENT_TYPES
 from dispatcher.engine.worker import Engine
 from dispatcher.errors import ConfigurationError, DatabaseUnavailable, DispatcherError
 from dispatcher.settings import Settings, redact_url
@@ -42,6 +45,10 @@ from dispatcher.supervision import Supervisor
 log = structlog.get_logger("dispatcher")
 
 DEMO_NUMBER = "+15555550100"
+# The contact the banner's inbound call comes from.
+DEMO_CALLER = "+15555550123"
+# What the demo webhook hears: every message and call event.
+DEMO_EVENTS = sorted(t for t in EVENT_TYPES if t.startswith(("message.", "call.")))
 # Start-up retries: the first after 0.1 s, doubling up to this.
 STARTUP_MAX_BACKOFF = 5.0
 LISTEN_BACKLOG = 128
@@ -142,14 +149,53 @@ async def build_services(db: Database, settings: Settings, clock: Clock) -> Serv
     return Services(db=db, settings=settings, clock=clock, cursor_key=cursor_key, keys=KeyCache())
 
 
+@dataclass(frozen=True)
+class Demo:
+    """What `serve` found or made of the demo at start-up: the key, printed once when the demo
+    was made just now, and the receiver, served while a demo workspace exists."""
+
+    key: str | None
+    receiver: DemoReceiver | None
+
+
+async def prepare_demo(db: Database, settings: Settings, clock: Clock, url: str) -> Demo:
+    """On an empty database, make the demo (workspace, number, key, and a webhook to the
+    receiver at `url`, this process's); then serve the receiver if there is a demo workspace."""
+    if not settings.demo:
+        return Demo(None, None)
+    webhook = workspaces.DemoWebhook(url=url, events=DEMO_EVENTS)
+    key = await workspaces.create_demo_if_empty(
+        db, DEMO_NUMBER, sorted(SCOPES), webhook, clock.now()
+    )
+    workspace_id = await workspaces.demo_workspace_id(db)
+    return Demo(key, None if workspace_id is None else DemoReceiver(url, workspace_id))
+
+
 def print_demo(key: str, host: str, port: int) -> None:
-    shown_host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
+    """The banner: the demo's key, and three things to try with it (send a message; have a
+    missed call come in, whose signed delivery the demo receiver shows in the console; and how
+    to let the engine reach a receiver of one's own on localhost)."""
+    shown_host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::", "") else host
+    if ":" in shown_host:
+        shown_host = f"[{shown_host}]"
+    base = f"http://{shown_host}:{port}"
+    post = f"curl -s {base}/v1/%s -H 'Authorization: Bearer {key}' " + (
+        "-H 'Content-Type: application/json' -d '%s'"
+    )
+    message = f'{{"from": "{DEMO_NUMBER}", "to": "{DEMO_CALLER}", "text": "Hello!"}}'
+    call = f'{{"from": "{DEMO_CALLER}", "to": "{DEMO_NUMBER}", "status": "missed"}}'
     print(
-        "\nA demo workspace is ready (printed once; create real ones with `dispatcher workspaces`)."
-        f"\n  number: {DEMO_NUMBER}\n  API key: {key}\n\nSend a message:\n"
-        f"  curl -s http://{shown_host}:{port}/v1/messages -H 'Authorization: Bearer {key}' "
-        "-H 'Content-Type: application/json' "
-        f'-d \'{{"from": "{DEMO_NUMBER}", "to": "+15555550123", "text": "Hello!"}}\'\n',
+        "\nA demo workspace is ready (printed once; create real ones with `dispatcher workspaces`"
+        "\nor the admin API)."
+        f"\n  number: {DEMO_NUMBER}\n  API key: {key}"
+        f"\n\nSend a message:\n  {post % ('messages', message)}"
+        f"\n\nHave a missed call come in:\n  {post % ('inbound/calls', call)}"
+        "\nIts signed call.missed delivery arrives at the demo receiver of this process; watch it"
+        f"\nin the console, {base}/console (sign in with the API key), or read it with"
+        f"\n  curl -s {base}/demo/receiver -H 'Authorization: Bearer {key}'"
+        "\n\nYour own receiver on localhost? The outbound address guard refuses loopback and"
+        "\nprivate addresses (`blocked: loopback address`); allow them for local development with"
+        "\n  DISPATCHER_ALLOWED_CIDRS=127.0.0.0/8,::1/128\n",
         flush=True,
     )
 
@@ -208,6 +254,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
     port = int(sockets[0].getsockname()[1])
     # The values in effect: --host/--port override the settings, and port 0 is resolved.
     settings = settings.with_changes(host=host, port=port)
+    demo_url = receiver_url(sockets[0].getsockname())
     log.info("dispatcher.start", settings=settings.redacted(), host=host, port=port)
     metrics_runner: web.AppRunner | None = None
     starting: web.AppRunner | None = None
@@ -231,23 +278,21 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         await serve_on(starting, [sock.dup() for sock in sockets])
         async with database_for(settings) as db:
 
-            async def prepare(db: Database) -> tuple[Services, str | None]:
+            async def prepare(db: Database) -> tuple[Services, Demo]:
                 await prepare_schema(db)
-                key = None
-                if settings.demo:
-                    key = await workspaces.create_demo_if_empty(db, DEMO_NUMBER, sorted(SCOPES))
+                demo = await prepare_demo(db, settings, clock, demo_url)
                 await operator_sink.configure(
                     db,
                     settings.operator_webhook_url,
                     settings.operator_webhook_secret,
                     clock.now(),
                 )
-                return await build_services(db, settings, clock), key
+                return await build_services(db, settings, clock), demo
 
             prepared = await wait_for_database(db, settings, stop, prepare)
             if prepared is not None:
-                services, demo_key = prepared
-                await run_api(db, services, sockets, hand_over, stop, demo_key)
+                services, demo = prepared
+                await run_api(db, services, sockets, hand_over, stop, demo)
     finally:
         await hand_over()
         if metrics_runner is not None:
@@ -264,14 +309,18 @@ async def run_api(
     sockets: list[socket.socket],
     hand_over: Callable[[], Awaitable[None]],
     stop: asyncio.Event,
-    demo_key: str | None,
+    demo: Demo,
 ) -> None:
     """The full API and the loops, from a connected database to the stop signal (or the
-    end of a background task: BackgroundTaskFailed, once everything has stopped)."""
+    end of a background task: BackgroundTaskFailed, once everything has stopped). The engine
+    lets the demo receiver's URL, and no other, through the address guard."""
     settings, clock = services.settings, services.clock
     engine_db = await engine_pool(db) if settings.engine else None
-    engine = Engine(engine_db or db, settings, clock) if settings.engine else None
-    app = create_app(services)
+    exempt = [demo.receiver.url] if demo.receiver is not None else []
+    engine = (
+        Engine(engine_db or db, settings, clock, exempt_urls=exempt) if settings.engine else None
+    )
+    app = create_app(services, demo.receiver)
     supervisor = Supervisor(stop)
     ready = readiness(app, engine, supervisor)
     carrier = SandboxCarrier(db, clock, settings.sandbox_delay)
@@ -290,8 +339,8 @@ async def run_api(
     await serve_on(runner, sockets)
     # Both listen on the same sockets for a moment; then only the full API does.
     await hand_over()
-    if demo_key is not None:
-        print_demo(demo_key, settings.host, settings.port)
+    if demo.key is not None:
+        print_demo(demo.key, settings.host, settings.port)
     if engine is not None:
         await engine.start()
         supervisor.watch(*engine.tasks)

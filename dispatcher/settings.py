@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from dispatcher.domain.signing import check_secret
@@ -18,6 +18,10 @@ from dispatcher.errors import ConfigurationError
 DEFAULT_RETRY_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# The admin token guards every tenant (docs/admin.md): a short one is refused at start-up.
+ADMIN_TOKEN_MIN_LENGTH = 32
+ADMIN_TOKEN_VARIABLE = "DISPATCHER_ADMIN_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ class Settings:
     # The operator sink: every workspace's operational events, also delivered here.
     operator_webhook_url: str | None = None
     operator_webhook_secret: str | None = None
+    # Admin API (docs/admin.md): None turns it off (its routes answer 404). Never in a repr.
+    admin_token: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -106,6 +112,7 @@ class Settings:
         read("DISPATCHER_METRICS_PER_WEBHOOK", "metrics_per_webhook", _on_off)
         read("DISPATCHER_OPERATOR_WEBHOOK_URL", "operator_webhook_url", check_webhook_url)
         _read_secret(env, values)
+        values["admin_token"] = _admin_token(env.get(ADMIN_TOKEN_VARIABLE))
         return cls(**values)
 
     def with_changes(self, **changes: Any) -> Settings:
@@ -122,6 +129,8 @@ class Settings:
                 value = "***"
             elif f.name == "allowed_cidrs":
                 value = [str(n) for n in value]
+            elif f.name == "admin_token":
+                value = "***" if value else None
             out[f.name] = value
         return out
 
@@ -152,6 +161,20 @@ def redact_url(url: str) -> str:
     credentials, _, location = rest.rpartition("@")
     user = credentials.split(":", 1)[0]
     return f"{scheme}://{user}:***@{location}" if ":" in credentials else url
+
+
+def _admin_token(raw: str | None) -> str | None:
+    """The admin token, or None when unset. Refused when short, or when it holds what an
+    `Authorization` header cannot carry as sent (spaces, controls, non-ASCII); the message
+    names the variable and never repeats the value (unlike the other settings': a secret)."""
+    if raw is None or raw == "":
+        return None
+    if len(raw) < ADMIN_TOKEN_MIN_LENGTH or not all("!" <= char <= "~" for char in raw):
+        raise ConfigurationError(
+            f"{ADMIN_TOKEN_VARIABLE} must be at least {ADMIN_TOKEN_MIN_LENGTH} printable ASCII "
+            "characters without spaces (e.g. the output of `openssl rand -hex 32`)"
+        )
+    return raw
 
 
 def _on_off(raw: str) -> bool:

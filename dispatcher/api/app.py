@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from dispatcher import tracing
-from dispatcher.api import metrics, openapi
+from dispatcher.api import admin, demo, metrics, openapi
 from dispatcher.api.context import SERVICES, Services
 from dispatcher.api.http import (
     MAX_BODY_BYTES,
@@ -16,7 +16,11 @@ from dispatcher.api.http import (
 from dispatcher.api.query import declared_inputs
 
 
-def create_app(services: Services) -> web.Application:
+def create_app(
+    services: Services, demo_receiver: demo.DemoReceiver | None = None
+) -> web.Application:
+    """The API for `services`; with `demo_receiver`, the demo receiver's routes too (api/demo.py:
+    `serve` passes one while the demo workspace exists)."""
     # Inside the error middleware, queries and bodies are held to the routes' declarations.
     inputs = declared_inputs(openapi.route_inputs())
     # The body limit is enforced by read_json (413 in our error shape); aiohttp's own limit is
@@ -34,5 +38,12 @@ def create_app(services: Services) -> web.Application:
         # that can stay private); without it, here, for anyone who can reach the API port.
         if table is metrics.routes and services.settings.metrics_port is not None:
             continue
+        # The admin API exists only while DISPATCHER_ADMIN_TOKEN is set: without it, every
+        # admin route is an unknown route (404), whatever is sent to it.
+        if table is admin.routes and services.settings.admin_token is None:
+            continue
         app.router.add_routes(table)
+    if demo_receiver is not None:
+        app[demo.DEMO_RECEIVER] = demo_receiver
+        app.router.add_routes(demo.routes)
     return app

@@ -18,10 +18,10 @@ from pydantic import (
     field_validator,
 )
 
-from dispatcher.domain.enums import CallStatus, ConversationStatus
+from dispatcher.domain.enums import CallStatus, ConversationStatus, Scope
 from dispatcher.domain.events import EVENT_TYPES, OPERATIONAL_TYPES, PUBLISHABLE_TYPES
 from dispatcher.domain.phone import is_e164
-from dispatcher.domain.text import is_blank
+from dispatcher.domain.text import BLANK, is_blank, name_problem
 from dispatcher.domain.urls import check_webhook_url
 
 
@@ -32,7 +32,6 @@ def _e164(value: str) -> str:
 
 
 OptionalText = TypeVar("OptionalText", str, str | None)
-BLANK = "must contain visible characters, not only spaces or invisible characters"
 
 
 def _text(value: str) -> str:
@@ -167,3 +166,45 @@ class PublishEvent(Body):
         if not isinstance(value.get("id"), str) or not value["id"]:
             raise ValueError("must carry `id`, a non-empty string")
         return value
+
+
+# -- the admin API (api/admin.py) -------------------------------------------------------------
+
+MAX_NAME_LENGTH = 255
+
+
+def _name(value: str) -> str:
+    problem = name_problem(value, MAX_NAME_LENGTH)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _optional_key_name(value: str | None) -> str | None:
+    """Absent, null and `""` leave a key unnamed; any other name follows the name rules."""
+    return _name(value) if value else None
+
+
+def _distinct_scopes(value: list[Scope]) -> list[Scope]:
+    if len(set(value)) != len(value):
+        raise ValueError("must not repeat a scope")
+    return value
+
+
+class CreateWorkspace(Body):
+    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH), AfterValidator(_name)]
+
+
+class AddNumber(Body):
+    number: E164
+
+
+class CreateKey(Body):
+    scopes: Annotated[
+        list[Annotated[Scope, Field(strict=False)]],
+        Field(min_length=1, max_length=len(Scope)),
+        AfterValidator(_distinct_scopes),
+    ]
+    name: Annotated[
+        str | None, Field(max_length=MAX_NAME_LENGTH), AfterValidator(_optional_key_name)
+    ] = None

@@ -21,6 +21,7 @@ from pydantic_core import CoreSchema
 
 from dispatcher import __version__
 from dispatcher.api import (
+    admin,
     attempts,
     conversations,
     events,
@@ -52,6 +53,7 @@ ROUTE_TABLES: tuple[web.RouteTableDef, ...] = (
     stats.routes,
     events.routes,
     metrics.routes,
+    admin.routes,
 )
 
 REF_TEMPLATE = "#/components/schemas/{model}"
@@ -70,6 +72,13 @@ ERRORS = {
     415: "body is not application/json",
     422: "the Idempotency-Key was already used with another request",
 }
+# The admin API's refusals that differ from a workspace route's (its routes are all keyed).
+ADMIN_ERRORS = {
+    401: "missing or wrong admin token",
+    403: "a workspace API key was sent: the admin API takes the admin token only",
+    404: "not found; every admin route answers 404 while DISPATCHER_ADMIN_TOKEN is unset",
+}
+ADMIN_TAG = "admin"
 ALWAYS = (400, 413, 415)  # any route can be sent a malformed query or a body it does not take
 KEYED = (401, 403, 404)
 
@@ -113,10 +122,11 @@ def _responses(route: Route) -> dict[str, Any]:
         # Not described: the probes, /metrics (text) and this document.
         success["content"] = {"application/json": {"schema": {}}, "text/plain": {"schema": {}}}
     responses: dict[str, Any] = {str(operation.status): success}
-    refusals = (*ALWAYS, *(KEYED if route.scope is not None else ()), *operation.errors)
+    refusals = (*ALWAYS, *(KEYED if route.keyed else ()), *operation.errors)
+    described = {**ERRORS, **ADMIN_ERRORS} if route.admin else ERRORS
     for status in refusals:
         responses[str(status)] = {
-            "description": ERRORS[status],
+            "description": described[status],
             "content": {"application/json": {"schema": _ref(ERROR)}},
         }
     for status, description in (operation.also or {}).items():
@@ -131,7 +141,14 @@ def _operation(route: Route) -> dict[str, Any]:
         "parameters": _parameters(route),
         "responses": _responses(route),
     }
-    if route.scope is not None:
+    if route.admin:
+        described["tags"] = [ADMIN_TAG]
+        described["security"] = [{ADMIN_TAG: []}]
+        described["description"] = (
+            "Admin API: `Authorization: Bearer <DISPATCHER_ADMIN_TOKEN>`; a workspace API key is "
+            "refused (403)."
+        )
+    elif route.scope is not None:
         described["security"] = [{"bearer": []}]
         described["description"] = f"Scope: `{route.scope}`." + (
             f" A key with `{also}` may call it too."
@@ -208,9 +225,27 @@ def document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "dispatcher", "version": __version__},
         "paths": paths,
+        "tags": [
+            {
+                "name": ADMIN_TAG,
+                "description": "Tenants, their numbers and their keys; served only while "
+                "DISPATCHER_ADMIN_TOKEN is set (docs/admin.md).",
+            }
+        ],
         "components": {
             "schemas": schemas(_shapes(declared)),
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "a workspace API key",
+                },
+                ADMIN_TAG: {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the admin token (DISPATCHER_ADMIN_TOKEN)",
+                },
+            },
         },
     }
 

@@ -33,6 +33,7 @@ HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 # The attribute each decorator leaves on the handler (functools.wraps carries it outwards).
 _OPERATION = "operation"
 _SCOPE = "scope"
+_ADMIN = "admin"
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,11 @@ def mark_scope(handler: Callable[..., Any], scope: Scope) -> None:
     setattr(handler, _SCOPE, scope)
 
 
+def mark_admin(handler: Callable[..., Any]) -> None:
+    """Record on a guarded handler that it takes the admin token (called by `requires_admin`)."""
+    setattr(handler, _ADMIN, True)
+
+
 def declared_operation(handler: Callable[..., Any]) -> Operation:
     found = getattr(handler, _OPERATION, None)
     return found if isinstance(found, Operation) else Operation()
@@ -103,6 +109,11 @@ def declared_scope(handler: Callable[..., Any]) -> Scope | None:
     return found if isinstance(found, Scope) else None
 
 
+def declared_admin(handler: Callable[..., Any]) -> bool:
+    """Whether the route is the admin API's (the admin token, never a workspace key)."""
+    return getattr(handler, _ADMIN, False) is True
+
+
 def operation_id(handler: Callable[..., Any]) -> str:
     """`list_messages` -> `listMessages`."""
     first, *rest = handler.__name__.split("_")
@@ -111,13 +122,20 @@ def operation_id(handler: Callable[..., Any]) -> str:
 
 @dataclass(frozen=True)
 class Route:
-    """A route as declared: method, path template, scope and operation, with its handler."""
+    """A route as declared: method, path template, scope (or `admin`: the admin token) and
+    operation, with its handler."""
 
     method: str
     path: str
     scope: Scope | None
     operation: Operation
     handler: Callable[..., Any]
+    admin: bool = False
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the route needs a credential: a workspace key, or the admin token."""
+        return self.scope is not None or self.admin
 
     @property
     def query(self) -> tuple[QueryParameter, ...]:
@@ -132,7 +150,7 @@ class Route:
         return RouteInputs(
             query={parameter.name: parameter.schema for parameter in self.query},
             body=self.operation.body is not None,
-            keyed=self.scope is not None,
+            keyed=self.keyed,
         )
 
 
@@ -145,6 +163,7 @@ def declared_routes(*tables: web.RouteTableDef) -> list[Route]:
             scope=declared_scope(definition.handler),
             operation=declared_operation(definition.handler),
             handler=definition.handler,
+            admin=declared_admin(definition.handler),
         )
         for table in tables
         for definition in table

@@ -11,7 +11,7 @@ answers. See domain/resources.py for why these are TypedDicts and not models.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Generic, NotRequired, TypeVar
+from typing import Annotated, Any, Generic, NotRequired, TypeVar
 
 import orjson
 from pydantic import GetPydanticSchema
@@ -24,6 +24,7 @@ from dispatcher.domain.enums import (
     ConversationStatus,
     DeliveryStatus,
     DisabledReason,
+    Scope,
 )
 from dispatcher.domain.health import EndpointHealth, StatsWindow
 from dispatcher.domain.outcomes import AttemptOutcome
@@ -39,11 +40,14 @@ from dispatcher.domain.resources import (
 )
 
 __all__ = [
+    "ApiKey",
     "Attempt",
     "Call",
     "Conversation",
     "Delivery",
     "DeliverySummary",
+    "DemoDeliveries",
+    "DemoDelivery",
     "ErrorBody",
     "ErrorDetail",
     "Event",
@@ -51,24 +55,31 @@ __all__ = [
     "EventWithDeliveries",
     "Message",
     "MessageMedia",
+    "NewApiKey",
     "Page",
+    "PhoneNumber",
     "Recovered",
     "Secret",
     "Webhook",
     "WebhookStats",
     "WebhookWithSecret",
+    "Workspace",
+    "api_key",
     "attempt",
     "call",
     "conversation",
     "delivery",
     "event_with_deliveries",
     "message",
+    "new_api_key",
+    "phone_number",
     "recovered",
     "secret",
     "stored_event",
     "webhook",
     "webhook_stats",
     "webhook_with_secret",
+    "workspace",
 ]
 
 ItemT = TypeVar("ItemT")
@@ -235,6 +246,62 @@ class Recovered(TypedDict):
     queued: int
 
 
+class Workspace(TypedDict):
+    """A tenant: its numbers, keys, webhooks and events are its own (the admin API's)."""
+
+    id: str
+    name: str
+    createdAt: Timestamp
+
+
+class PhoneNumber(TypedDict):
+    """A number registered to a workspace (E.164); a number belongs to one workspace at most."""
+
+    id: str
+    number: str
+    workspaceId: str
+    createdAt: Timestamp
+
+
+class ApiKey(TypedDict):
+    """A workspace's API key as listed: never its value (only its hash is stored)."""
+
+    id: str
+    scopes: list[Scope]
+    name: str | None
+    createdAt: Timestamp
+    revokedAt: Timestamp | None
+
+
+class NewApiKey(TypedDict):
+    """A key as created: the only answer that carries the key itself; store it now."""
+
+    id: str
+    key: str
+    scopes: list[Scope]
+    name: str | None
+    createdAt: Timestamp
+
+
+class DemoDelivery(TypedDict):
+    """A request the demo receiver got (`GET /demo/receiver`; docs/webhooks.md): `verified`
+    when its Standard Webhooks signature holds with a demo webhook's secret (`webhookId`,
+    else null); `payload` is the body as JSON (null when it is not JSON)."""
+
+    webhookId: str | None
+    deliveryId: str | None
+    eventType: str | None
+    receivedAt: Timestamp
+    verified: bool
+    payload: Any
+
+
+class DemoDeliveries(TypedDict):
+    """The demo receiver's latest requests, newest first."""
+
+    data: list[DemoDelivery]
+
+
 class ErrorDetail(TypedDict):
     """One field's problem: `path` is `body.<field>`, `query.<name>` or `header.<name>`."""
 
@@ -251,6 +318,39 @@ class ErrorBody(TypedDict):
     message: str
     errors: NotRequired[list[ErrorDetail]]
     trace: str
+
+
+def workspace(row: Row) -> Workspace:
+    return {"id": row["id"], "name": row["name"], "createdAt": isoformat(row["created_at"])}
+
+
+def phone_number(row: Row) -> PhoneNumber:
+    return {
+        "id": row["id"],
+        "number": row["number"],
+        "workspaceId": row["workspace_id"],
+        "createdAt": isoformat(row["created_at"]),
+    }
+
+
+def api_key(row: Row) -> ApiKey:
+    return {
+        "id": row["id"],
+        "scopes": [Scope(scope) for scope in row["scopes"]],
+        "name": row["name"],
+        "createdAt": isoformat(row["created_at"]),
+        "revokedAt": isoformat_or_none(row["revoked_at"]),
+    }
+
+
+def new_api_key(row: Row, key: str) -> NewApiKey:
+    return {
+        "id": row["id"],
+        "key": key,
+        "scopes": [Scope(scope) for scope in row["scopes"]],
+        "name": row["name"],
+        "createdAt": isoformat(row["created_at"]),
+    }
 
 
 def conversation(row: Row) -> Conversation:

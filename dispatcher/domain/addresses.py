@@ -12,6 +12,10 @@ from collections.abc import Sequence
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+# The setting that opens networks to the guard, named in every refusal (the one place its
+# words are made: `blocked_error`).
+ALLOW_SETTING = "DISPATCHER_ALLOWED_CIDRS"
+
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
@@ -44,6 +48,12 @@ def blocked_reason(address: IPAddress, allowed: Sequence[Network] = ()) -> str |
     if not address.is_global:
         return "reserved address"
     return None
+
+
+def blocked_error(reason: str) -> str:
+    """An attempt's `lastError` when the guard refused its address: the reason, and how to
+    allow it (a receiver on localhost is the usual first surprise)."""
+    return f"blocked: {reason} (set {ALLOW_SETTING} to allow it)"
 
 
 def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:

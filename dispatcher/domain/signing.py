@@ -9,6 +9,9 @@ from collections.abc import Sequence
 
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32  # within Standard Webhooks' 24..64
+# How far a receiver lets `webhook-timestamp` be from its own clock (Standard Webhooks' advice):
+# an older request is a replay.
+TIMESTAMP_TOLERANCE_SECONDS = 300
 
 
 def new_secret() -> str:
@@ -46,3 +49,21 @@ def sign(keys: Sequence[bytes], message_id: str, timestamp: int, body: bytes) ->
     return " ".join(
         "v1," + base64.b64encode(hmac.digest(key, signed, "sha256")).decode() for key in keys
     )
+
+
+def verify(
+    keys: Sequence[bytes], message_id: str, timestamp: str, body: bytes, signature: str, now: float
+) -> bool:
+    """Whether a request carries a valid Standard Webhooks signature, as a receiver checks it:
+    `timestamp` (the `webhook-timestamp` header) within the tolerance of `now`, and one of the
+    `v1,` entries of `signature` made with one of `keys` over id, timestamp and body."""
+    if not timestamp.isascii() or not timestamp.isdigit():
+        return False
+    moment = int(timestamp)
+    if abs(now - moment) > TIMESTAMP_TOLERANCE_SECONDS:
+        return False
+    offered = [entry.removeprefix("v1,") for entry in signature.split() if entry.startswith("v1,")]
+    expected = [sign([key], message_id, moment, body).removeprefix("v1,") for key in keys]
+    # Every pair is compared (no early exit), each in constant time.
+    matches = [hmac.compare_digest(o.encode(), e.encode()) for o in offered for e in expected]
+    return any(matches)

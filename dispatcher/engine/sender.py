@@ -18,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple, Protocol
 
 import aiohttp
@@ -26,7 +26,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from dispatcher import __version__
-from dispatcher.domain.addresses import Network, blocked_reason
+from dispatcher.domain.addresses import Network, blocked_error, blocked_reason
 from dispatcher.domain.outcomes import AttemptOutcome
 from dispatcher.domain.signing import secret_key, sign
 from dispatcher.domain.urls import InvalidUrl, parse_webhook_url
@@ -109,7 +109,11 @@ class Sender:
     """Sends attempts and turns whatever happens into an Outcome.
 
     `resolver` replaces the system's lookup (an aiohttp `AbstractResolver`; tests script
-    answers with it). `trace_configs` selects aiohttp's client, whose trace signals tests use
+    answers with it). `exempt_urls` are URLs the guard lets through although their address is
+    refused: exactly these strings, each naming its host by a literal IP (judged here, never
+    looked up, so no name can be made to point elsewhere); `serve` passes its own demo
+    receiver's (docs/webhooks.md), and every other URL, on the same host and port included,
+    stays guarded. `trace_configs` selects aiohttp's client, whose trace signals tests use
     to inject faults; `on_stage` does the same for the lean client (see `Http1Client`).
     """
 
@@ -124,7 +128,12 @@ class Sender:
         trace_configs: Sequence[aiohttp.TraceConfig] = (),
         on_stage: Callable[[str], None] | None = None,
         excerpt_bytes: int = 0,
+        exempt_urls: Collection[str] = (),
     ) -> None:
+        for url in exempt_urls:
+            if parse_webhook_url(url).ip is None:
+                raise ValueError(f"an exempt URL must name its host by IP address: {url}")
+        self.exempt_urls = frozenset(exempt_urls)
         self.timeout = timeout
         self.excerpt_bytes = excerpt_bytes
         self.allowed = tuple(allowed)
@@ -197,8 +206,8 @@ class Sender:
             verdict = (CONNECTION_ERROR, f"the URL cannot be attempted: {exc}")
         else:
             reason = None if target.ip is None else blocked_reason(target.ip, self.allowed)
-            if reason is not None:
-                verdict = (BLOCKED, f"blocked: {reason}")
+            if reason is not None and url not in self.exempt_urls:
+                verdict = (BLOCKED, blocked_error(reason))
         if len(self._verdicts) > 100_000:
             self._verdicts.clear()
         self._verdicts[url] = verdict
@@ -255,7 +264,7 @@ class Sender:
         except TimeoutError:
             return done(TIMEOUT, None, f"timeout after {self.timeout:g}s")
         except BlockedAddress as exc:
-            return done(BLOCKED, None, f"blocked: {exc}")
+            return done(BLOCKED, None, blocked_error(str(exc)))
         except RequestFailed as exc:
             return done(CONNECTION_ERROR, None, str(exc))
         except OSError as exc:
@@ -289,7 +298,7 @@ class Sender:
             return done(TIMEOUT, None, f"timeout after {self.timeout:g}s")
         except aiohttp.ClientConnectorDNSError as exc:
             if isinstance(exc.os_error, BlockedAddress):
-                return done(BLOCKED, None, f"blocked: {exc.os_error}")
+                return done(BLOCKED, None, blocked_error(str(exc.os_error)))
             return done(CONNECTION_ERROR, None, http1.DNS_FAILED)
         except aiohttp.ClientConnectorCertificateError:
             return done(CONNECTION_ERROR, None, http1.CERTIFICATE)

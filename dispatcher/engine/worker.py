@@ -15,7 +15,7 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 
 import structlog
@@ -57,7 +57,10 @@ class Engine:
         owner: str | None = None,
         rand: Callable[[], float] = random.random,
         listen: bool = True,
+        exempt_urls: Collection[str] = (),
     ) -> None:
+        """`exempt_urls`: URLs the address guard lets through (see `Sender`): `serve`'s own
+        demo receiver, and nothing else."""
         self.db = db
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -69,6 +72,7 @@ class Engine:
             allowed=settings.allowed_cidrs,
             max_connections=settings.max_in_flight,
             excerpt_bytes=settings.response_excerpt_bytes,
+            exempt_urls=exempt_urls,
         )
         self.recorder = Recorder(
             db,

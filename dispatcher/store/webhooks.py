@@ -31,6 +31,7 @@ class SQL(Queries, file="webhooks.sql"):
     delete: str
     secret: str
     rotate_secret: str
+    demo_secrets: str
 
 
 # The fields of a change that `update` writes, in the order of its parameters.
@@ -51,20 +52,44 @@ async def create(
     now: datetime,
 ) -> tuple[Record, str]:
     """A new live subscription; returns it and its signing secret."""
-    secret = new_secret()
     async with db.acquire() as conn:
-        row: Record | None = await conn.fetchrow(
-            SQL.create,
-            ids.new_id(ids.WEBHOOK),
-            workspace_id,
-            url,
-            list(events),
-            name,
-            None if number_ids is None else list(number_ids),
-            secret,
-            max_concurrency,
-            now,
+        return await insert(
+            conn,
+            workspace_id=workspace_id,
+            url=url,
+            events=events,
+            name=name,
+            number_ids=number_ids,
+            max_concurrency=max_concurrency,
+            now=now,
         )
+
+
+async def insert(
+    conn: Connection,
+    *,
+    workspace_id: str,
+    url: str,
+    events: Sequence[str],
+    name: str | None,
+    now: datetime,
+    number_ids: Sequence[str] | None = None,
+    max_concurrency: int | None = None,
+) -> tuple[Record, str]:
+    """`create` on a connection the caller holds (the demo is made in one transaction)."""
+    secret = new_secret()
+    row: Record | None = await conn.fetchrow(
+        SQL.create,
+        ids.new_id(ids.WEBHOOK),
+        workspace_id,
+        url,
+        list(events),
+        name,
+        None if number_ids is None else list(number_ids),
+        secret,
+        max_concurrency,
+        now,
+    )
     assert row is not None
     return row, secret
 
@@ -179,3 +204,11 @@ async def rotate_secret(
     async with db.acquire() as conn:
         done = await conn.fetchval(SQL.rotate_secret, workspace_id, webhook_id, fresh, now + grace)
     return None if done is None else fresh
+
+
+async def demo_secrets(db: Database, url: str, now: datetime) -> list[tuple[str, list[str]]]:
+    """The demo workspace's live webhooks at `url` (the demo receiver), each with the secrets
+    that sign its deliveries now (the current one; the previous one too during its grace)."""
+    async with db.acquire() as conn:
+        rows = await conn.fetch(SQL.demo_secrets, url, now)
+    return [(r["id"], [r["secret"], *([r["previous"]] if r["previous"] else [])]) for r in rows]

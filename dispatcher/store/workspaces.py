@@ -1,4 +1,9 @@
-"""Workspaces, their phone numbers and their API keys. Statements in queries/workspaces.sql."""
+"""Workspaces, their phone numbers and their API keys. Statements in queries/workspaces.sql.
+
+The CLI (`dispatcher workspaces | numbers | keys`) and the admin API (api/admin.py) both go
+through these functions: one set of rules (a number belongs to one workspace, a key is stored
+as its hash, a revocation reaches every replica at once) whichever door is used.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,16 @@ import hmac
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import asyncpg
 
 from dispatcher.domain import ids
 from dispatcher.errors import Conflict, NotFound
-from dispatcher.store.database import Database
+from dispatcher.store import webhooks
+from dispatcher.store.database import Connection, Database, Record
 from dispatcher.store.key_cache import ApiKey, KeyCache
+from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
 
 __all__ = ["ApiKey"]  # with the functions below; ApiKey's home is key_cache
@@ -23,8 +31,13 @@ KEY_PREFIX = "dk_"
 
 class SQL(Queries, file="workspaces.sql"):
     insert_workspace: str
+    workspace: str
+    workspaces_page: str
+    demo_workspace: str
     insert_number: str
+    numbers_page: str
     insert_key: str
+    keys_page: str
     revoke_key: str
     live_key: str
     find_numbers: str
@@ -38,44 +51,119 @@ def hash_key(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
 
-async def create_workspace(db: Database, name: str, *, demo: bool = False) -> str:
-    workspace_id = ids.new_id(ids.WORKSPACE)
+def new_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+async def insert_workspace(db: Database, name: str, *, demo: bool = False) -> Record:
+    """A new workspace: its id, name and creation time."""
     async with db.acquire() as conn:
-        await conn.execute(SQL.insert_workspace, workspace_id, name, demo)
-    return workspace_id
+        row = await conn.fetchrow(SQL.insert_workspace, ids.new_id(ids.WORKSPACE), name, demo)
+    assert row is not None
+    return row
 
 
-async def add_number(db: Database, workspace_id: str, number: str) -> str:
-    number_id = ids.new_id(ids.NUMBER)
+async def create_workspace(db: Database, name: str, *, demo: bool = False) -> str:
+    """A new workspace's id."""
+    return str((await insert_workspace(db, name, demo=demo))["id"])
+
+
+async def get_workspace(db: Database, workspace_id: str) -> Record | None:
+    async with db.acquire() as conn:
+        row: Record | None = await conn.fetchrow(SQL.workspace, workspace_id)
+    return row
+
+
+async def list_workspaces(db: Database, *, limit: int, after: Position | None) -> Page:
+    async with db.acquire() as conn:
+        # The operator sink's internal workspace is nobody's to see.
+        filters = Filters().add("NOT operator")
+        return await fetch_page(conn, SQL.workspaces_page, filters, limit, after)
+
+
+async def _require_workspace(conn: Connection, workspace_id: str) -> None:
+    if await conn.fetchrow(SQL.workspace, workspace_id) is None:
+        raise NotFound(f"workspace {workspace_id} does not exist")
+
+
+async def insert_number(db: Database, workspace_id: str, number: str) -> Record:
+    """Register `number` (E.164, checked by the caller) to the workspace. A number belongs to
+    one workspace at most: registered anywhere already (this workspace included), Conflict."""
     async with db.acquire() as conn:
         try:
-            await conn.execute(SQL.insert_number, number_id, workspace_id, number)
+            row = await conn.fetchrow(
+                SQL.insert_number, ids.new_id(ids.NUMBER), workspace_id, number
+            )
         except asyncpg.ForeignKeyViolationError as exc:
             raise NotFound(f"workspace {workspace_id} does not exist") from exc
         except asyncpg.UniqueViolationError as exc:
             raise Conflict(f"number {number} is already registered") from exc
-    return number_id
+    assert row is not None
+    return row
+
+
+async def add_number(db: Database, workspace_id: str, number: str) -> str:
+    """The new number's id (see `insert_number`)."""
+    return str((await insert_number(db, workspace_id, number))["id"])
+
+
+async def list_numbers(
+    db: Database, workspace_id: str, *, limit: int, after: Position | None
+) -> Page:
+    """A page of the workspace's numbers; NotFound when there is no such workspace."""
+    async with db.acquire() as conn:
+        await _require_workspace(conn, workspace_id)
+        filters = Filters().add("workspace_id = {}", workspace_id)
+        return await fetch_page(conn, SQL.numbers_page, filters, limit, after)
+
+
+async def insert_key(
+    db: Database, workspace_id: str, scopes: Sequence[str], name: str | None = None
+) -> tuple[Record, str]:
+    """A new key: its row (no hash) and the key itself, which is not stored (only its hash
+    is) and so can be shown this once."""
+    key = new_key()
+    async with db.acquire() as conn:
+        try:
+            row = await conn.fetchrow(
+                SQL.insert_key,
+                ids.new_id(ids.API_KEY),
+                workspace_id,
+                hash_key(key),
+                sorted(set(scopes)),
+                name,
+            )
+        except asyncpg.ForeignKeyViolationError as exc:
+            raise NotFound(f"workspace {workspace_id} does not exist") from exc
+    assert row is not None
+    return row, key
 
 
 async def create_key(db: Database, workspace_id: str, scopes: Sequence[str]) -> tuple[str, str]:
     """A new key; returns (key id, key). Only the key's hash is stored."""
-    key_id = ids.new_id(ids.API_KEY)
-    key = KEY_PREFIX + secrets.token_urlsafe(32)
-    async with db.acquire() as conn:
-        try:
-            await conn.execute(
-                SQL.insert_key, key_id, workspace_id, hash_key(key), sorted(set(scopes))
-            )
-        except asyncpg.ForeignKeyViolationError as exc:
-            raise NotFound(f"workspace {workspace_id} does not exist") from exc
-    return key_id, key
+    row, key = await insert_key(db, workspace_id, scopes)
+    return str(row["id"]), key
 
 
-async def revoke_key(db: Database, key_id: str, cache: KeyCache | None = None) -> None:
-    """Revoke a key. The trigger on api_keys tells every process to forget the keys it keeps;
-    this process's `cache` forgets them before this returns, whatever the notification does."""
+async def list_keys(db: Database, workspace_id: str, *, limit: int, after: Position | None) -> Page:
+    """A page of the workspace's keys, revoked ones included (no key material: not even the
+    hash); NotFound when there is no such workspace."""
     async with db.acquire() as conn:
-        done = await conn.fetchval(SQL.revoke_key, key_id)
+        await _require_workspace(conn, workspace_id)
+        filters = Filters().add("workspace_id = {}", workspace_id)
+        return await fetch_page(conn, SQL.keys_page, filters, limit, after)
+
+
+async def revoke_key(
+    db: Database, key_id: str, cache: KeyCache | None = None, *, workspace_id: str | None = None
+) -> None:
+    """Revoke a key (of `workspace_id` only, when given: another workspace's key is NotFound,
+    as a missing one). Revoking a revoked key changes nothing and succeeds.
+
+    The trigger on api_keys tells every process to forget the keys it keeps; this process's
+    `cache` forgets them before this returns, whatever the notification does."""
+    async with db.acquire() as conn:
+        done = await conn.fetchval(SQL.revoke_key, key_id, workspace_id)
     if cache is not None:
         cache.clear()
     if done is None:
@@ -130,8 +218,24 @@ async def find_numbers(
     return {ref: found[ref] for ref in refs if ref in found}
 
 
-async def create_demo_if_empty(db: Database, number: str, scopes: Sequence[str]) -> str | None:
-    """On an empty database, a demo workspace with one number and a key; returns the key.
+@dataclass(frozen=True)
+class DemoWebhook:
+    """The demo workspace's webhook: the receiver the same process serves, and what it hears."""
+
+    url: str
+    events: Sequence[str]
+    name: str = "Demo receiver"
+
+
+async def create_demo_if_empty(
+    db: Database,
+    number: str,
+    scopes: Sequence[str],
+    webhook: DemoWebhook | None = None,
+    now: datetime | None = None,
+) -> str | None:
+    """On an empty database, a demo workspace with one number, a key and (given `webhook`) a
+    webhook; returns the key.
 
     Runs under an advisory lock so that replicas starting together make one demo, once.
     """
@@ -140,13 +244,34 @@ async def create_demo_if_empty(db: Database, number: str, scopes: Sequence[str])
         if await conn.fetchval(SQL.any_workspace):
             return None
         workspace_id = ids.new_id(ids.WORKSPACE)
-        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        key = new_key()
         await conn.execute(SQL.insert_workspace, workspace_id, "Demo", True)
         await conn.execute(SQL.insert_number, ids.new_id(ids.NUMBER), workspace_id, number)
         await conn.execute(
-            SQL.insert_key, ids.new_id(ids.API_KEY), workspace_id, hash_key(key), sorted(scopes)
+            SQL.insert_key,
+            ids.new_id(ids.API_KEY),
+            workspace_id,
+            hash_key(key),
+            sorted(scopes),
+            "demo",
         )
+        if webhook is not None:
+            await webhooks.insert(
+                conn,
+                workspace_id=workspace_id,
+                url=webhook.url,
+                events=webhook.events,
+                name=webhook.name,
+                now=now or datetime.now(UTC),
+            )
     return key
+
+
+async def demo_workspace_id(db: Database) -> str | None:
+    """The demo workspace's id, when the database has one."""
+    async with db.acquire() as conn:
+        found: str | None = await conn.fetchval(SQL.demo_workspace)
+    return found
 
 
 async def instance_secret(db: Database, name: str) -> bytes:

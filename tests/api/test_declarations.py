@@ -15,7 +15,7 @@ from dispatcher.api.context import SCOPES
 from dispatcher.api.openapi import document
 from dispatcher.domain.enums import ALSO_GRANTED_BY, Scope
 from dispatcher.store.database import Database
-from tests.conftest import MakeWorkspace, Workspace
+from tests.conftest import ADMIN_HEADERS, MakeWorkspace, Workspace
 
 DOCUMENT = document()
 OPERATIONS = [
@@ -25,13 +25,19 @@ OPERATIONS = [
 ]
 
 
-def cases(keep: str) -> list[Any]:
-    """The operations that have `keep` (set and not empty), one test case each."""
+def cases(keep: str, *, admin: bool = True) -> list[Any]:
+    """The operations that have `keep` (set and not empty), one test case each; the admin
+    API's too unless `admin` is false."""
     return [
         pytest.param(method, path, operation, id=f"{method} {path}")
         for method, path, operation in OPERATIONS
-        if operation.get(keep)
+        if operation.get(keep) and (admin or not is_admin(operation))
     ]
+
+
+def is_admin(operation: dict[str, Any]) -> bool:
+    """An admin API route: the admin token, not a workspace key (tests/api/test_admin.py)."""
+    return "admin" in operation.get("tags", ())
 
 
 NOT_OURS = "not one of the workspace's numbers"
@@ -72,7 +78,7 @@ def test_the_document_names_every_schema_it_refers_to() -> None:
     assert set(DOCUMENT["components"]["schemas"]["Direction"]["enum"]) == {"incoming", "outgoing"}
 
 
-@pytest.mark.parametrize(("method", "path", "operation"), cases("security"))
+@pytest.mark.parametrize(("method", "path", "operation"), cases("security", admin=False))
 async def test_each_route_requires_the_scope_it_documents(
     client: TestClient[Any, Any],
     make_workspace: MakeWorkspace,
@@ -103,14 +109,15 @@ async def test_each_route_validates_the_body_it_documents(
     assert schema["additionalProperties"] is False
     required = schema.get("required", [])
     url = concrete(path)
+    headers = ADMIN_HEADERS if is_admin(operation) else ws.headers
     if required:
-        resp = await client.request(method.upper(), url, json={}, headers=ws.headers)
+        resp = await client.request(method.upper(), url, json={}, headers=headers)
         assert resp.status == 400, await resp.text()
         errors = (await resp.json())["errors"]
         assert [e["path"] for e in errors] == [f"body.{name}" for name in required]
         assert {e["message"] for e in errors} == {"field required"}
     assert "undocumented" not in schema["properties"]
-    resp = await client.request(method.upper(), url, json={"undocumented": 1}, headers=ws.headers)
+    resp = await client.request(method.upper(), url, json={"undocumented": 1}, headers=headers)
     assert resp.status == 400, await resp.text()
     assert {"path": "body.undocumented", "message": "unknown field"} in (await resp.json())[
         "errors"

@@ -492,8 +492,14 @@ async def test_lookups_are_cached() -> None:
 @pytest.mark.parametrize(
     ("answers", "error"),
     [
-        (["10.0.0.5", "169.254.169.254"], "blocked: private address"),
-        (["fe80::1", "fd00::1"], "blocked: link-local address"),  # the first one's reason
+        (
+            ["10.0.0.5", "169.254.169.254"],
+            "blocked: private address (set DISPATCHER_ALLOWED_CIDRS to allow it)",
+        ),
+        (
+            ["fe80::1", "fd00::1"],
+            "blocked: link-local address (set DISPATCHER_ALLOWED_CIDRS to allow it)",
+        ),  # the first one's reason
         (["not an address"], "DNS lookup failed"),
     ],
 )
@@ -521,7 +527,9 @@ async def test_ipv6() -> None:
         async with lean(resolver=ScriptedResolver(["::1"])) as sender:
             assert (await send(sender, f"http://six.test:{server.port}/")).kind == "success"
         async with lean(allowed=LOOPBACK[:1]) as sender:
-            assert (await send(sender, server.url())).error == "blocked: loopback address"
+            assert (await send(sender, server.url())).error == (
+                "blocked: loopback address (set DISPATCHER_ALLOWED_CIDRS to allow it)"
+            )
         assert server.connections == 2
 
 

@@ -216,7 +216,9 @@ async def test_loopback_is_blocked_by_default(
     await make_engine(allowed_cidrs=())
     for hook in (literal, named):
         delivery = await attempted(client, ws, hook["id"])
-        assert delivery["lastError"] == "blocked: loopback address", delivery
+        assert delivery["lastError"] == (
+            "blocked: loopback address (set DISPATCHER_ALLOWED_CIDRS to allow it)"
+        ), delivery
         assert delivery["status"] == "pending"
     assert receiver.requests == []
 

@@ -109,7 +109,7 @@ async def test_names_resolving_to_private_addresses_are_refused(receiver: Receiv
     finally:
         await sender.close()
     assert outcome.kind == "blocked"
-    assert outcome.error == "blocked: private address"
+    assert outcome.error == "blocked: private address (set DISPATCHER_ALLOWED_CIDRS to allow it)"
 
 
 async def test_a_name_that_changes_its_answer_is_judged_at_connect(receiver: Receiver) -> None:
@@ -127,7 +127,10 @@ async def test_a_name_that_changes_its_answer_is_judged_at_connect(receiver: Rec
     finally:
         await sender.close()
     assert first.kind == "success"
-    assert second.kind == "blocked" and second.error == "blocked: private address"
+    assert (
+        second.kind == "blocked"
+        and second.error == "blocked: private address (set DISPATCHER_ALLOWED_CIDRS to allow it)"
+    )
     assert len(receiver.requests) == 1
 
 

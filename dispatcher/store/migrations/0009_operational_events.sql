@@ -15,11 +15,13 @@
 -- `workspaces.operator` marks the operator sink's internal workspace
 -- (DISPATCHER_OPERATOR_WEBHOOK_URL). `events.ordering_key` is the event's lane.
 --
--- Locks: ACCESS EXCLUSIVE on `workspaces`, `events` and each of its partitions, for catalog
+-- Locks: ACCESS EXCLUSIVE on `events` and each of its partitions, then on `workspaces`, for catalog
 -- changes (a nullable column, or one with a constant default, rewrites nothing): milliseconds.
+-- `events` first: an outbox publish locks `events`, then `workspaces` (its foreign key); taking
+-- them in the same order, this migration waits for it instead of deadlocking with it.
+ALTER TABLE events ADD COLUMN ordering_key text;
 ALTER TABLE workspaces ADD COLUMN operator boolean NOT NULL DEFAULT false;
 CREATE UNIQUE INDEX workspaces_operator ON workspaces (operator) WHERE operator;
-ALTER TABLE events ADD COLUMN ordering_key text;
 
 CREATE OR REPLACE FUNCTION dispatcher_add_deliveries(
     p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text,

@@ -91,3 +91,12 @@ UPDATE webhooks
 SET previous_secret = secret, previous_secret_expires_at = $4, secret = $3
 WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
 RETURNING id
+
+-- name: demo_secrets
+-- The live webhooks of the demo workspace at URL $1, with their signing secret and, until its
+-- grace ends (after $2), the previous one (the demo receiver verifies with them).
+SELECT w.id, w.secret,
+       CASE WHEN w.previous_secret_expires_at > $2 THEN w.previous_secret END AS previous
+FROM webhooks w JOIN workspaces ws ON ws.id = w.workspace_id
+WHERE ws.demo AND w.url = $1 AND w.deleted_at IS NULL
+ORDER BY w.created_at, w.id

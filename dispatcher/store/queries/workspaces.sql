@@ -4,18 +4,44 @@
 -- name: insert_workspace
 -- A workspace: $1 id, $2 name, $3 whether it is the demo.
 INSERT INTO workspaces (id, name, demo) VALUES ($1, $2, $3)
+RETURNING id, name, created_at
+
+-- name: workspace
+-- Workspace $1 (the operator sink's internal workspace is nobody's to see).
+SELECT id, name, created_at FROM workspaces WHERE id = $1 AND NOT operator
+
+-- name: workspaces_page
+-- A page of workspaces (store/pages.py adds the conditions, the order and the limit).
+SELECT id, name, created_at FROM workspaces
+
+-- name: demo_workspace
+-- The demo workspace (made on the first start against an empty database), if there is one.
+SELECT id FROM workspaces WHERE demo ORDER BY created_at, id LIMIT 1
 
 -- name: insert_number
 -- Number $3 (E.164) of workspace $2, as $1.
 INSERT INTO phone_numbers (id, workspace_id, number) VALUES ($1, $2, $3)
+RETURNING id, number, workspace_id, created_at
+
+-- name: numbers_page
+-- A page of phone numbers (store/pages.py adds the conditions, the order and the limit).
+SELECT id, number, workspace_id, created_at FROM phone_numbers
 
 -- name: insert_key
--- API key $1 of workspace $2: the SHA-256 of the key ($3) and its scopes ($4).
-INSERT INTO api_keys (id, workspace_id, key_hash, scopes) VALUES ($1, $2, $3, $4)
+-- API key $1 of workspace $2: the SHA-256 of the key ($3), its scopes ($4) and name ($5).
+INSERT INTO api_keys (id, workspace_id, key_hash, scopes, name) VALUES ($1, $2, $3, $4, $5)
+RETURNING id, workspace_id, scopes, name, created_at, revoked_at
+
+-- name: keys_page
+-- A page of API keys, without their hashes (store/pages.py adds the conditions, the order and
+-- the limit).
+SELECT id, workspace_id, scopes, name, created_at, revoked_at FROM api_keys
 
 -- name: revoke_key
--- Revoke key $1 (now, unless revoked already); returns its id.
-UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1
+-- Revoke key $1 (now, unless revoked already), when it is workspace $2's (any workspace's
+-- when $2 is NULL); returns its id.
+UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
+WHERE id = $1 AND ($2::text IS NULL OR workspace_id = $2)
 RETURNING id
 
 -- name: live_key

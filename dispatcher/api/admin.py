@@ -1,0 +1,119 @@
+"""The admin API: tenants (workspaces), their numbers and their keys, from code (docs/admin.md).
+
+Every route takes the admin token (`DISPATCHER_ADMIN_TOKEN`, `requires_admin`) and nothing
+else; without the setting these routes are not served at all (404, app.py). The rules are the
+CLI's: both doors call the same functions of store/workspaces.py. Bodies are validated before
+the workspace in the path is looked up, so a bad body is a 400 wherever it is sent.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from dispatcher.api.context import Services, requires_admin
+from dispatcher.api.http import json_response, parse_body
+from dispatcher.api.models import AddNumber, CreateKey, CreateWorkspace
+from dispatcher.api.operations import operation
+from dispatcher.api.pagination import Pager
+from dispatcher.api.resources import (
+    ApiKey,
+    NewApiKey,
+    Page,
+    PhoneNumber,
+    Workspace,
+    api_key,
+    new_api_key,
+    phone_number,
+    workspace,
+)
+from dispatcher.errors import NotFound
+from dispatcher.store import workspaces
+
+routes = web.RouteTableDef()
+
+
+@routes.post("/v1/admin/workspaces")
+@requires_admin
+@operation(201, Workspace, body=CreateWorkspace)
+async def create_workspace(request: web.Request, svc: Services) -> web.Response:
+    body = await parse_body(request, CreateWorkspace)
+    row = await workspaces.insert_workspace(svc.db, body.name)
+    return json_response(workspace(row), status=201)
+
+
+@routes.get("/v1/admin/workspaces")
+@requires_admin
+@operation(200, Page[Workspace])
+async def list_workspaces(request: web.Request, svc: Services) -> web.Response:
+    pager = Pager(request, svc.cursor_key, "admin.workspaces", {})
+    page = await workspaces.list_workspaces(svc.db, limit=pager.limit, after=pager.after)
+    return json_response(pager.render(page, [workspace(r) for r in page.rows]))
+
+
+@routes.get("/v1/admin/workspaces/{workspace_id}")
+@requires_admin
+@operation(200, Workspace)
+async def get_workspace(request: web.Request, svc: Services) -> web.Response:
+    row = await workspaces.get_workspace(svc.db, request.match_info["workspace_id"])
+    if row is None:
+        raise NotFound("workspace not found")
+    return json_response(workspace(row))
+
+
+@routes.post("/v1/admin/workspaces/{workspace_id}/numbers")
+@requires_admin
+@operation(201, PhoneNumber, body=AddNumber, errors=(409,))
+async def add_workspace_number(request: web.Request, svc: Services) -> web.Response:
+    body = await parse_body(request, AddNumber)
+    row = await workspaces.insert_number(svc.db, request.match_info["workspace_id"], body.number)
+    return json_response(phone_number(row), status=201)
+
+
+@routes.get("/v1/admin/workspaces/{workspace_id}/numbers")
+@requires_admin
+@operation(200, Page[PhoneNumber])
+async def list_workspace_numbers(request: web.Request, svc: Services) -> web.Response:
+    pager = Pager(request, svc.cursor_key, "admin.numbers", {})
+    page = await workspaces.list_numbers(
+        svc.db, request.match_info["workspace_id"], limit=pager.limit, after=pager.after
+    )
+    return json_response(pager.render(page, [phone_number(r) for r in page.rows]))
+
+
+@routes.post("/v1/admin/workspaces/{workspace_id}/keys")
+@requires_admin
+@operation(201, NewApiKey, body=CreateKey)
+async def create_workspace_key(request: web.Request, svc: Services) -> web.Response:
+    body = await parse_body(request, CreateKey)
+    row, key = await workspaces.insert_key(
+        svc.db, request.match_info["workspace_id"], body.scopes, body.name
+    )
+    return json_response(new_api_key(row, key), status=201)
+
+
+@routes.get("/v1/admin/workspaces/{workspace_id}/keys")
+@requires_admin
+@operation(200, Page[ApiKey])
+async def list_workspace_keys(request: web.Request, svc: Services) -> web.Response:
+    pager = Pager(request, svc.cursor_key, "admin.keys", {})
+    page = await workspaces.list_keys(
+        svc.db, request.match_info["workspace_id"], limit=pager.limit, after=pager.after
+    )
+    return json_response(pager.render(page, [api_key(r) for r in page.rows]))
+
+
+@routes.delete("/v1/admin/workspaces/{workspace_id}/keys/{key_id}")
+@requires_admin
+@operation(204)
+async def revoke_workspace_key(request: web.Request, svc: Services) -> web.Response:
+    """Revoked at once in every replica (store/key_cache.py); revoking again is a 204 too."""
+    try:
+        await workspaces.revoke_key(
+            svc.db,
+            request.match_info["key_id"],
+            svc.keys,
+            workspace_id=request.match_info["workspace_id"],
+        )
+    except NotFound:
+        raise NotFound("key not found") from None
+    return web.Response(status=204)
