@@ -26,6 +26,7 @@ from dispatcher.api import (
     events,
     health,
     inbound,
+    me,
     messages,
     metrics,
     stats,
@@ -44,6 +45,7 @@ routes = web.RouteTableDef()
 ROUTE_TABLES: tuple[web.RouteTableDef, ...] = (
     health.routes,
     routes,
+    me.routes,
     messages.routes,
     conversations.routes,
     inbound.routes,
@@ -70,6 +72,7 @@ ERRORS = {
     415: "body is not application/json",
     422: "the Idempotency-Key was already used with another request",
 }
+ANY_KEY = "Any valid API key, whatever its scopes."
 ALWAYS = (400, 413, 415)  # any route can be sent a malformed query or a body it does not take
 KEYED = (401, 403, 404)
 
@@ -102,6 +105,13 @@ def _parameters(route: Route) -> list[dict[str, Any]]:
     ]
 
 
+def _keyed_refusals(route: Route) -> tuple[int, ...]:
+    """A scoped route's 401, 403 and 404; a route open to any key can only refuse the key."""
+    if route.scope is not None:
+        return KEYED
+    return (401,) if route.keyed else ()
+
+
 def _responses(route: Route) -> dict[str, Any]:
     operation = route.operation
     success: dict[str, Any] = {"description": "success"}
@@ -113,7 +123,7 @@ def _responses(route: Route) -> dict[str, Any]:
         # Not described: the probes, /metrics (text) and this document.
         success["content"] = {"application/json": {"schema": {}}, "text/plain": {"schema": {}}}
     responses: dict[str, Any] = {str(operation.status): success}
-    refusals = (*ALWAYS, *(KEYED if route.scope is not None else ()), *operation.errors)
+    refusals = (*ALWAYS, *_keyed_refusals(route), *operation.errors)
     for status in refusals:
         responses[str(status)] = {
             "description": ERRORS[status],
@@ -138,6 +148,9 @@ def _operation(route: Route) -> dict[str, Any]:
             if (also := ALSO_GRANTED_BY.get(route.scope)) is not None
             else ""
         )
+    elif route.keyed:
+        described["security"] = [{"bearer": []}]
+        described["description"] = ANY_KEY
     else:
         described["security"] = []
     if route.operation.body is not None:

@@ -33,6 +33,7 @@ HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 # The attribute each decorator leaves on the handler (functools.wraps carries it outwards).
 _OPERATION = "operation"
 _SCOPE = "scope"
+_KEYED = "keyed"
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,10 @@ def operation(
     return declare
 
 
-def mark_scope(handler: Callable[..., Any], scope: Scope) -> None:
-    """Record on a guarded handler the scope it requires (called by `requires`)."""
+def mark_keyed(handler: Callable[..., Any], scope: Scope | None) -> None:
+    """Record on a guarded handler that it needs a workspace key, and the scope it requires
+    (None: any valid key will do; called by `requires` and `requires_key`)."""
+    setattr(handler, _KEYED, True)
     setattr(handler, _SCOPE, scope)
 
 
@@ -98,9 +101,14 @@ def declared_operation(handler: Callable[..., Any]) -> Operation:
 
 
 def declared_scope(handler: Callable[..., Any]) -> Scope | None:
-    """The scope the route requires, None for a route without a key."""
+    """The scope the route requires, None for a route without a key or open to any key."""
     found = getattr(handler, _SCOPE, None)
     return found if isinstance(found, Scope) else None
+
+
+def declared_keyed(handler: Callable[..., Any]) -> bool:
+    """Whether the route needs a workspace key (with a scope or not)."""
+    return getattr(handler, _KEYED, False) is True
 
 
 def operation_id(handler: Callable[..., Any]) -> str:
@@ -111,13 +119,15 @@ def operation_id(handler: Callable[..., Any]) -> str:
 
 @dataclass(frozen=True)
 class Route:
-    """A route as declared: method, path template, scope and operation, with its handler."""
+    """A route as declared: method, path template, key and scope, operation, with its
+    handler. `keyed` without a `scope`: any valid key may call it."""
 
     method: str
     path: str
     scope: Scope | None
     operation: Operation
     handler: Callable[..., Any]
+    keyed: bool = False
 
     @property
     def query(self) -> tuple[QueryParameter, ...]:
@@ -132,7 +142,7 @@ class Route:
         return RouteInputs(
             query={parameter.name: parameter.schema for parameter in self.query},
             body=self.operation.body is not None,
-            keyed=self.scope is not None,
+            keyed=self.keyed,
         )
 
 
@@ -145,6 +155,7 @@ def declared_routes(*tables: web.RouteTableDef) -> list[Route]:
             scope=declared_scope(definition.handler),
             operation=declared_operation(definition.handler),
             handler=definition.handler,
+            keyed=declared_keyed(definition.handler),
         )
         for table in tables
         for definition in table
