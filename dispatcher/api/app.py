@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from dispatcher import tracing
-from dispatcher.api import metrics, openapi
+from dispatcher.api import console, metrics, openapi
 from dispatcher.api.context import SERVICES, Services
 from dispatcher.api.http import (
     MAX_BODY_BYTES,
@@ -35,4 +35,6 @@ def create_app(services: Services) -> web.Application:
         if table is metrics.routes and services.settings.metrics_port is not None:
             continue
         app.router.add_routes(table)
+    # The web console: static files, not part of the API's document (api/console/).
+    app.router.add_routes(console.routes)
     return app
