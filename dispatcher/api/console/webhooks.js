@@ -149,12 +149,15 @@ function actions(ctx, hook, refresh) {
 
 export async function webhookPage(ctx) {
   const [id] = ctx.params;
+  const windowChoice = select("window", WINDOWS, "24h", { id: "health-window" });
+  const health = h("div", { class: "health" }, h("p", { class: "muted" }, "Loading health…"));
+  let hook = null;
+  const reloadHealth = () => loadHealth(ctx, hook, health, windowChoice.value);
+  windowChoice.addEventListener("change", reloadHealth);
+  // Drawn again after each change (enable, disable, edit); the health box and its timer stay.
   const render = async () => {
-    const hook = await api("GET", webhookPath(id), { signal: ctx.signal });
+    hook = await api("GET", webhookPath(id), { signal: ctx.signal });
     if (!ctx.live()) return;
-    const windowChoice = select("window", WINDOWS, "24h", { id: "health-window" });
-    const health = h("div", { class: "health" }, h("p", { class: "muted" }, "Loading health…"));
-    windowChoice.addEventListener("change", () => loadHealth(ctx, hook, health, windowChoice.value));
     show(ctx.view,
       pageHead(webhookTitle(hook), hook.url, statusBadge(hook)),
       actions(ctx, hook, render),
@@ -165,13 +168,14 @@ export async function webhookPage(ctx) {
         h("h2", { id: "settings-title" }, "Settings"),
         settingsList(hook),
         can("webhooks:write")
-          ? h("details", { class: "edit" }, h("summary", {}, "Edit"), webhookForm(ctx, hook, render))
+          ? h("details", { class: "edit" }, h("summary", {}, "Edit"),
+            webhookForm(ctx, hook, async () => { notify("Saved."); await render(); }))
           : null),
       can("webhooks:write") ? recoverForm(ctx, hook) : null);
-    loadHealth(ctx, hook, health, windowChoice.value);
-    ctx.every(15000, () => loadHealth(ctx, hook, health, windowChoice.value));
+    reloadHealth();
   };
   await render();
+  ctx.every(15000, reloadHealth);
 }
 
 // -- recover ----------------------------------------------------------------------------------
@@ -208,7 +212,7 @@ export function recoverForm(ctx, hook) {
 // server that does not know them yet refuses them with its own 400 message.
 const EXTRA_FIELDS = [
   { name: "headers", caption: "headers", kind: "json", hint: 'JSON object, e.g. {"X-Team": "payments"}; sent with every attempt' },
-  { name: "secretHeaders", caption: "secret headers", kind: "json", writeOnly: true, hint: "JSON object, sent with every attempt and never shown again; leave empty to keep them" },
+  { name: "secretHeaders", caption: "secret headers", kind: "json", writeOnly: true, hint: "JSON object, sent with every attempt and never shown again; empty keeps them, {} clears them" },
   { name: "filter", caption: "payload filter", kind: "json", hint: 'JSON object the event data must contain, e.g. {"direction": "incoming"}; empty: every event' },
   { name: "ordering", caption: "ordering", kind: "choice", choices: [["", "(server default)"], ["none", "none"], ["fifo", "fifo"]] },
   { name: "rateLimit", caption: "rate limit (requests/s)", kind: "integer", hint: "1..10000; empty: no limit" },
