@@ -28,7 +28,7 @@ from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.embedded import start_embedded, stop_embedded
 
-pytest_plugins = ["tests.receiver"]
+pytest_plugins = ["tests.receiver", "tests.browser"]
 
 
 def with_database(url: str, name: str) -> str:

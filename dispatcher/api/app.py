@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from dispatcher import tracing
-from dispatcher.api import admin, demo, metrics, openapi
+from dispatcher.api import admin, console, demo, metrics, openapi
 from dispatcher.api.context import SERVICES, Services
 from dispatcher.api.http import (
     MAX_BODY_BYTES,
@@ -46,4 +46,6 @@ def create_app(
     if demo_receiver is not None:
         app[demo.DEMO_RECEIVER] = demo_receiver
         app.router.add_routes(demo.routes)
+    # The web console: static files, not part of the API's document (api/console/).
+    app.router.add_routes(console.routes)
     return app

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from dispatcher.api.http import WORKSPACE_ID, single_header
-from dispatcher.api.operations import mark_admin, mark_scope
+from dispatcher.api.operations import mark_admin, mark_keyed
 from dispatcher.api.query import refuse_undeclared_body
 from dispatcher.domain.clock import Clock
 from dispatcher.domain.enums import Scope, allows
@@ -104,24 +104,34 @@ async def authenticate_admin(request: web.Request) -> None:
     raise Unauthorized("the admin token is not valid")
 
 
-def requires(
-    scope: Scope,
-) -> Callable[[ScopedHandler], Guarded]:
+Guard = Callable[[ScopedHandler], Guarded]
+
+
+def requires(scope: Scope) -> Guard:
     """Authenticate the caller, check `scope`, and refuse a body the route does not take; the
     handler gets the services and the key. The scope is recorded on the handler, where the
     OpenAPI document and the strict-input middleware read it (api/operations.py)."""
+    return _guard(scope)
 
+
+def requires_key() -> Guard:
+    """As `requires`, for a route any valid workspace key may call whatever its scopes: what
+    every key may ask, such as what it may do (`GET /v1/me`)."""
+    return _guard(None)
+
+
+def _guard(scope: Scope | None) -> Guard:
     def decorate(handler: ScopedHandler) -> Guarded:
         @functools.wraps(handler)
         async def guarded(request: web.Request) -> web.StreamResponse:
             key = await authenticate(request)
-            if not allows(key.scopes, scope):
+            if scope is not None and not allows(key.scopes, scope):
                 raise Forbidden(f"this API key lacks the scope {scope}")
             request[WORKSPACE_ID] = key.workspace_id
             await refuse_undeclared_body(request)
             return await handler(request, services(request), key)
 
-        mark_scope(guarded, scope)
+        mark_keyed(guarded, scope)
         return guarded
 
     return decorate

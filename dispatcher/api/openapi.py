@@ -27,6 +27,7 @@ from dispatcher.api import (
     events,
     health,
     inbound,
+    me,
     messages,
     metrics,
     stats,
@@ -45,6 +46,7 @@ routes = web.RouteTableDef()
 ROUTE_TABLES: tuple[web.RouteTableDef, ...] = (
     health.routes,
     routes,
+    me.routes,
     messages.routes,
     conversations.routes,
     inbound.routes,
@@ -79,6 +81,7 @@ ADMIN_ERRORS = {
     404: "not found; every admin route answers 404 while DISPATCHER_ADMIN_TOKEN is unset",
 }
 ADMIN_TAG = "admin"
+ANY_KEY = "Any valid API key, whatever its scopes."
 ALWAYS = (400, 413, 415)  # any route can be sent a malformed query or a body it does not take
 KEYED = (401, 403, 404)
 
@@ -111,6 +114,14 @@ def _parameters(route: Route) -> list[dict[str, Any]]:
     ]
 
 
+def _keyed_refusals(route: Route) -> tuple[int, ...]:
+    """A scoped or admin route's 401, 403 and 404; a route open to any key can only refuse
+    the key."""
+    if route.scope is not None or route.admin:
+        return KEYED
+    return (401,) if route.keyed else ()
+
+
 def _responses(route: Route) -> dict[str, Any]:
     operation = route.operation
     success: dict[str, Any] = {"description": "success"}
@@ -122,7 +133,7 @@ def _responses(route: Route) -> dict[str, Any]:
         # Not described: the probes, /metrics (text) and this document.
         success["content"] = {"application/json": {"schema": {}}, "text/plain": {"schema": {}}}
     responses: dict[str, Any] = {str(operation.status): success}
-    refusals = (*ALWAYS, *(KEYED if route.keyed else ()), *operation.errors)
+    refusals = (*ALWAYS, *_keyed_refusals(route), *operation.errors)
     described = {**ERRORS, **ADMIN_ERRORS} if route.admin else ERRORS
     for status in refusals:
         responses[str(status)] = {
@@ -155,6 +166,9 @@ def _operation(route: Route) -> dict[str, Any]:
             if (also := ALSO_GRANTED_BY.get(route.scope)) is not None
             else ""
         )
+    elif route.keyed:
+        described["security"] = [{"bearer": []}]
+        described["description"] = ANY_KEY
     else:
         described["security"] = []
     if route.operation.body is not None:

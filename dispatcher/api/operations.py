@@ -34,6 +34,7 @@ HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 _OPERATION = "operation"
 _SCOPE = "scope"
 _ADMIN = "admin"
+_KEYED = "keyed"
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,10 @@ def operation(
     return declare
 
 
-def mark_scope(handler: Callable[..., Any], scope: Scope) -> None:
-    """Record on a guarded handler the scope it requires (called by `requires`)."""
+def mark_keyed(handler: Callable[..., Any], scope: Scope | None) -> None:
+    """Record on a guarded handler that it needs a workspace key, and the scope it requires
+    (None: any valid key will do; called by `requires` and `requires_key`)."""
+    setattr(handler, _KEYED, True)
     setattr(handler, _SCOPE, scope)
 
 
@@ -104,7 +107,7 @@ def declared_operation(handler: Callable[..., Any]) -> Operation:
 
 
 def declared_scope(handler: Callable[..., Any]) -> Scope | None:
-    """The scope the route requires, None for a route without a key."""
+    """The scope the route requires, None for a route without a key or open to any key."""
     found = getattr(handler, _SCOPE, None)
     return found if isinstance(found, Scope) else None
 
@@ -112,6 +115,11 @@ def declared_scope(handler: Callable[..., Any]) -> Scope | None:
 def declared_admin(handler: Callable[..., Any]) -> bool:
     """Whether the route is the admin API's (the admin token, never a workspace key)."""
     return getattr(handler, _ADMIN, False) is True
+
+
+def declared_keyed(handler: Callable[..., Any]) -> bool:
+    """Whether the route needs a workspace key (with a scope or not)."""
+    return getattr(handler, _KEYED, False) is True
 
 
 def operation_id(handler: Callable[..., Any]) -> str:
@@ -122,20 +130,17 @@ def operation_id(handler: Callable[..., Any]) -> str:
 
 @dataclass(frozen=True)
 class Route:
-    """A route as declared: method, path template, scope (or `admin`: the admin token) and
-    operation, with its handler."""
+    """A route as declared: method, path template, credential (a workspace key with its scope,
+    any workspace key, or the admin token), operation, with its handler. `keyed` without a
+    `scope`: any valid key may call it."""
 
     method: str
     path: str
     scope: Scope | None
     operation: Operation
     handler: Callable[..., Any]
-    admin: bool = False
-
-    @property
-    def keyed(self) -> bool:
-        """Whether the route needs a credential: a workspace key, or the admin token."""
-        return self.scope is not None or self.admin
+    keyed: bool = False  # a workspace key
+    admin: bool = False  # the admin token
 
     @property
     def query(self) -> tuple[QueryParameter, ...]:
@@ -150,7 +155,7 @@ class Route:
         return RouteInputs(
             query={parameter.name: parameter.schema for parameter in self.query},
             body=self.operation.body is not None,
-            keyed=self.keyed,
+            keyed=self.keyed or self.admin,
         )
 
 
@@ -164,6 +169,7 @@ def declared_routes(*tables: web.RouteTableDef) -> list[Route]:
             operation=declared_operation(definition.handler),
             handler=definition.handler,
             admin=declared_admin(definition.handler),
+            keyed=declared_keyed(definition.handler),
         )
         for table in tables
         for definition in table

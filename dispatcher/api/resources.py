@@ -10,7 +10,8 @@ answers. See domain/resources.py for why these are TypedDicts and not models.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
 from typing import Annotated, Any, Generic, NotRequired, TypeVar
 
 import orjson
@@ -42,6 +43,7 @@ from dispatcher.domain.resources import (
 __all__ = [
     "ApiKey",
     "Attempt",
+    "AttemptsPerMinute",
     "Call",
     "Conversation",
     "Delivery",
@@ -53,6 +55,7 @@ __all__ = [
     "Event",
     "EventEnvelope",
     "EventWithDeliveries",
+    "Me",
     "Message",
     "MessageMedia",
     "NewApiKey",
@@ -66,10 +69,12 @@ __all__ = [
     "Workspace",
     "api_key",
     "attempt",
+    "attempts_per_minute",
     "call",
     "conversation",
     "delivery",
     "event_with_deliveries",
+    "me",
     "message",
     "new_api_key",
     "phone_number",
@@ -218,6 +223,20 @@ class AttemptCounts(TypedDict):
     blocked: int
 
 
+class MinuteAttempts(TypedDict):
+    """The attempts that started in one minute (`minute`: its start), by outcome."""
+
+    minute: Timestamp
+    attempts: AttemptCounts
+
+
+class AttemptsPerMinute(TypedDict):
+    """An endpoint's attempts minute by minute over the last hour, by outcome: 60 minutes,
+    oldest first, the current (partial) one last; a minute without attempts counts 0."""
+
+    minutes: list[MinuteAttempts]
+
+
 class ResponseTimes(TypedDict):
     """Percentiles of the response times (ms) of the window's attempts that got an answer,
     read from a histogram: exact below 10 ms, else within 10%; null when none was answered."""
@@ -300,6 +319,15 @@ class DemoDeliveries(TypedDict):
     """The demo receiver's latest requests, newest first."""
 
     data: list[DemoDelivery]
+
+
+class Me(TypedDict):
+    """The key a request is made with: its workspace, its id, and what it may do (its scopes,
+    in the order the API documents them)."""
+
+    workspaceId: str
+    keyId: str
+    scopes: list[Scope]
 
 
 class ErrorDetail(TypedDict):
@@ -407,8 +435,28 @@ def attempt(row: Row) -> Attempt:
     }
 
 
+def attempt_counts(counts: Mapping[AttemptOutcome, int]) -> AttemptCounts:
+    return {
+        "success": counts[AttemptOutcome.SUCCESS],
+        "http_error": counts[AttemptOutcome.HTTP_ERROR],
+        "timeout": counts[AttemptOutcome.TIMEOUT],
+        "connection_error": counts[AttemptOutcome.CONNECTION_ERROR],
+        "blocked": counts[AttemptOutcome.BLOCKED],
+    }
+
+
+def attempts_per_minute(
+    minutes: Sequence[tuple[datetime, Mapping[AttemptOutcome, int]]],
+) -> AttemptsPerMinute:
+    return {
+        "minutes": [
+            {"minute": isoformat(minute), "attempts": attempt_counts(counts)}
+            for minute, counts in minutes
+        ]
+    }
+
+
 def webhook_stats(health: EndpointHealth) -> WebhookStats:
-    counts = health.attempts
     return {
         "window": health.window,
         "deliveries": {
@@ -416,13 +464,7 @@ def webhook_stats(health: EndpointHealth) -> WebhookStats:
             "delivered": health.deliveries[DeliveryStatus.DELIVERED],
             "failed": health.deliveries[DeliveryStatus.FAILED],
         },
-        "attempts": {
-            "success": counts[AttemptOutcome.SUCCESS],
-            "http_error": counts[AttemptOutcome.HTTP_ERROR],
-            "timeout": counts[AttemptOutcome.TIMEOUT],
-            "connection_error": counts[AttemptOutcome.CONNECTION_ERROR],
-            "blocked": counts[AttemptOutcome.BLOCKED],
-        },
+        "attempts": attempt_counts(health.attempts),
         "successRate": health.success_rate,
         "responseMs": {
             "p50": health.response_ms(50),
@@ -432,6 +474,14 @@ def webhook_stats(health: EndpointHealth) -> WebhookStats:
         "lastSuccessAt": isoformat_or_none(health.last_success_at),
         "lastFailureAt": isoformat_or_none(health.last_failure_at),
         "failingSince": isoformat_or_none(health.failing_since),
+    }
+
+
+def me(workspace_id: str, key_id: str, scopes: Collection[str]) -> Me:
+    return {
+        "workspaceId": workspace_id,
+        "keyId": key_id,
+        "scopes": [scope for scope in Scope if scope in scopes],
     }
 
 

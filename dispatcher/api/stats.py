@@ -11,7 +11,13 @@ from dispatcher.api.context import Services, requires
 from dispatcher.api.http import json_response
 from dispatcher.api.operations import operation
 from dispatcher.api.query import choice
-from dispatcher.api.resources import WebhookStats, webhook_stats
+from dispatcher.api.resources import (
+    AttemptsPerMinute,
+    WebhookStats,
+    attempts_per_minute,
+    webhook_stats,
+)
+from dispatcher.domain import health
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.health import StatsWindow
 from dispatcher.store import stats, webhooks
@@ -41,3 +47,18 @@ async def get_webhook_stats(request: web.Request, svc: Services, key: ApiKey) ->
     await webhooks.require_readable(svc.db, key.workspace_id, webhook_id)
     health = await stats.read(svc.db, webhook_id, svc.clock.now(), window)
     return json_response(webhook_stats(health))
+
+
+@routes.get("/v1/webhooks/{webhook_id}/stats/minutes")
+@requires(Scope.WEBHOOKS_READ)
+@operation(200, AttemptsPerMinute)
+async def get_webhook_attempts_per_minute(
+    request: web.Request, svc: Services, key: ApiKey
+) -> web.Response:
+    """An endpoint's attempts minute by minute over the last hour, by outcome (the console's
+    chart), from the minute rollups: at most 60 rows, however busy the endpoint."""
+    webhook_id = request.match_info["webhook_id"]
+    await webhooks.require_readable(svc.db, key.workspace_id, webhook_id)
+    minutes = health.recent_minutes(svc.clock.now())
+    counted = await stats.attempts_per_minute(svc.db, webhook_id, minutes[0])
+    return json_response(attempts_per_minute(health.per_minute(minutes, counted)))

@@ -339,3 +339,23 @@ class EndpointHealth:
 
     def response_ms(self, percent: int) -> int | None:
         return percentile(self.histogram, percent)
+
+
+# -- attempts per minute ---------------------------------------------------------------------
+
+MINUTES_SHOWN = 60  # GET /v1/webhooks/{id}/stats/minutes: the last hour, minute by minute
+
+
+def recent_minutes(now: datetime, count: int = MINUTES_SHOWN) -> list[datetime]:
+    """The starts of the last `count` minutes, oldest first, the current (partial) one last."""
+    current = floor_minute(now)
+    return [current - timedelta(minutes=back) for back in range(count - 1, -1, -1)]
+
+
+def per_minute(
+    minutes: Sequence[datetime], counted: Mapping[datetime, Mapping[AttemptOutcome, int]]
+) -> list[tuple[datetime, dict[AttemptOutcome, int]]]:
+    """Each of `minutes` with its attempts by outcome; a minute without any counts 0 of each
+    (the rollups keep no row for it)."""
+    none = dict.fromkeys(OUTCOMES, 0)
+    return [(minute, {**none, **counted.get(minute, {})}) for minute in minutes]

@@ -1,5 +1,6 @@
-"""Endpoint health, as the store keeps it: rollups written as attempts are recorded, and the one
-read behind `GET /v1/webhooks/{id}/stats`.
+"""Endpoint health, as the store keeps it: rollups written as attempts are recorded, the read
+behind `GET /v1/webhooks/{id}/stats`, and the minute rows behind `.../stats/minutes` (the
+console's chart; queries/stats.sql).
 
 What is counted where (schema.sql has the tables):
 - Per endpoint and minute, and per endpoint and hour (`webhook_stats_minutes`,
@@ -30,7 +31,14 @@ from typing import Any
 from dispatcher.domain import health
 from dispatcher.domain.enums import DeliveryStatus
 from dispatcher.domain.health import Cutoffs, EndpointHealth, StatsWindow
+from dispatcher.domain.outcomes import AttemptOutcome
 from dispatcher.store.database import Connection, Database
+from dispatcher.store.queries import Queries
+
+
+class SQL(Queries, file="stats.sql"):
+    attempts_per_minute: str
+
 
 # As the engine's statements (store/queue.py: INDEX_WALKS_ONLY, which imports this module):
 # plans on the indexes, whatever the statistics of a database nobody has analyzed say.
@@ -207,6 +215,16 @@ async def read(db: Database, webhook_id: str, now: datetime, window: StatsWindow
         last_failure_at=row["last_failure_at"],
         failing_since=row["failing_since"],
     )
+
+
+async def attempts_per_minute(
+    db: Database, webhook_id: str, since: datetime
+) -> dict[datetime, dict[AttemptOutcome, int]]:
+    """One endpoint's attempts by outcome for each minute from `since` (a minute's start) on
+    that has any. The caller has checked that the webhook is the workspace's."""
+    async with db.acquire() as conn:
+        rows = await conn.fetch(SQL.attempts_per_minute, webhook_id, since)
+    return {row["minute"]: {outcome: row[outcome] for outcome in OUTCOMES} for row in rows}
 
 
 async def forget_before(conn: Connection, cutoffs: Cutoffs) -> int:

@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from dispatcher.api.context import SCOPES
-from dispatcher.api.openapi import document
+from dispatcher.api.openapi import ANY_KEY, document
 from dispatcher.domain.enums import ALSO_GRANTED_BY, Scope
 from dispatcher.store.database import Database
 from tests.conftest import ADMIN_HEADERS, MakeWorkspace, Workspace
@@ -38,6 +38,13 @@ def cases(keep: str, *, admin: bool = True) -> list[Any]:
 def is_admin(operation: dict[str, Any]) -> bool:
     """An admin API route: the admin token, not a workspace key (tests/api/test_admin.py)."""
     return "admin" in operation.get("tags", ())
+
+
+def scoped() -> list[Any]:
+    """The keyed operations that require a scope (not those open to any key, GET /v1/me)."""
+    return [
+        case for case in cases("security", admin=False) if case.values[2]["description"] != ANY_KEY
+    ]
 
 
 NOT_OURS = "not one of the workspace's numbers"
@@ -78,7 +85,7 @@ def test_the_document_names_every_schema_it_refers_to() -> None:
     assert set(DOCUMENT["components"]["schemas"]["Direction"]["enum"]) == {"incoming", "outgoing"}
 
 
-@pytest.mark.parametrize(("method", "path", "operation"), cases("security", admin=False))
+@pytest.mark.parametrize(("method", "path", "operation"), scoped())
 async def test_each_route_requires_the_scope_it_documents(
     client: TestClient[Any, Any],
     make_workspace: MakeWorkspace,
@@ -97,6 +104,24 @@ async def test_each_route_requires_the_scope_it_documents(
     only = await make_workspace(scopes=[scope])
     resp = await client.request(method.upper(), concrete(path), headers=only.headers)
     assert resp.status not in (401, 403), await resp.text()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "operation"),
+    [case for case in cases("security") if case.values[2]["description"] == ANY_KEY],
+)
+async def test_a_route_open_to_any_key_takes_a_key_with_any_one_scope(
+    client: TestClient[Any, Any],
+    make_workspace: MakeWorkspace,
+    method: str,
+    path: str,
+    operation: dict[str, Any],
+) -> None:
+    for scope in sorted(SCOPES):
+        only = await make_workspace(scopes=[scope])
+        resp = await client.request(method.upper(), concrete(path), headers=only.headers)
+        assert resp.status == 200, (scope, await resp.text())
+    assert (await client.request(method.upper(), concrete(path))).status == 401
 
 
 @pytest.mark.parametrize(("method", "path", "operation"), cases("requestBody"))

@@ -3,6 +3,7 @@ tallies a batch of attempts adds, and which rollup rows a window reads."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
@@ -220,3 +221,22 @@ def test_success_rate() -> None:
     assert figures(0, 3).success_rate == 0.0
     assert figures(1, 2).success_rate == 1 / 3
     assert figures(0, 0).response_ms(50) is None
+
+
+def test_the_recent_minutes_end_with_the_current_one() -> None:
+    minutes = health.recent_minutes(T)
+    assert len(minutes) == health.MINUTES_SHOWN == 60
+    assert minutes[-1] == datetime(2026, 3, 10, 14, 37, tzinfo=UTC)
+    assert minutes[0] == datetime(2026, 3, 10, 13, 38, tzinfo=UTC)
+    assert all(b - a == timedelta(minutes=1) for a, b in itertools.pairwise(minutes))
+    assert health.recent_minutes(T, 3) == minutes[-3:]
+
+
+def test_a_minute_without_attempts_counts_zero_of_each_outcome() -> None:
+    minutes = health.recent_minutes(T, 3)
+    counted = {minutes[1]: {AttemptOutcome.SUCCESS: 2, AttemptOutcome.TIMEOUT: 1}}
+    series = health.per_minute(minutes, counted)
+    assert [minute for minute, _ in series] == minutes
+    none = dict.fromkeys(AttemptOutcome, 0)
+    assert series[0][1] == series[2][1] == none
+    assert series[1][1] == {**none, AttemptOutcome.SUCCESS: 2, AttemptOutcome.TIMEOUT: 1}

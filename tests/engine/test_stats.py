@@ -430,3 +430,70 @@ async def test_each_engine_writes_rows_of_its_own_and_reads_add_them_up(db: Data
     assert figures.attempts[AttemptOutcome.SUCCESS] == 3
     assert sum(figures.histogram) == 3
     assert figures.last_success_at is not None
+
+
+# -- attempts per minute (the console's chart) -----------------------------------------------
+
+
+async def test_attempts_per_minute_over_the_last_hour(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    receiver: Receiver,
+    make_engine: EngineFactory,
+    make_workspace: MakeWorkspace,
+    clock: FakeClock,
+) -> None:
+    """Each of the last 60 minutes, oldest first, with its attempts by outcome, from what the
+    engine recorded; a minute without any counts 0 of each."""
+    receiver.behaviours["/hook"] = sequence(answer(500), answer(200))
+    hook = await subscribe(client, ws, receiver.url("/hook"))
+    path = f"/v1/webhooks/{hook['id']}/stats/minutes"
+    empty = await get_json(client, ws, path)
+    assert len(empty["minutes"]) == 60
+    assert all(minute["attempts"] == NO_ATTEMPTS for minute in empty["minutes"])
+    now = health.floor_minute(clock.now())
+    assert empty["minutes"][-1]["minute"] == isoformat(now)
+    assert empty["minutes"][0]["minute"] == isoformat(now - timedelta(minutes=59))
+
+    await publish(client, ws)
+    engine = await make_engine(retry_schedule=(90.0,), disable_after=10**8)
+    await attempted(client, ws, hook["id"], 1, engine)
+    clock.advance(120)  # the retry, two minutes on
+    await attempted(client, ws, hook["id"], 2, engine)
+    failure, success = reversed(await attempt_log(client, ws, hook["id"]))
+    minutes = {m["minute"]: m["attempts"] for m in (await get_json(client, ws, path))["minutes"]}
+    assert len(minutes) == 60
+    first = isoformat(health.floor_minute(datetime.fromisoformat(failure["createdAt"])))
+    second = isoformat(health.floor_minute(datetime.fromisoformat(success["createdAt"])))
+    assert minutes[first] == {**NO_ATTEMPTS, "http_error": 1}
+    assert minutes[second] == {**NO_ATTEMPTS, "success": 1}
+    assert sum(sum(counts.values()) for counts in minutes.values()) == 2
+
+    # An hour later, both have left the window.
+    clock.advance(3600)
+    later = await get_json(client, ws, path)
+    assert all(minute["attempts"] == NO_ATTEMPTS for minute in later["minutes"])
+
+    other = await make_workspace()
+    writer = await make_workspace(scopes=["webhooks:write"])
+    assert (await client.get(path, headers=other.headers)).status == 404
+    assert (await client.get(path, headers=writer.headers)).status == 403
+    assert (await client.get(path)).status == 401
+    resp = await client.get(f"{path}?window=1h", headers=ws.headers)
+    assert resp.status == 400
+    assert (await resp.json())["errors"][0]["path"] == "query.window"
+
+
+async def test_attempts_per_minute_add_up_every_engines_rows(db: Database) -> None:
+    now = datetime.now(UTC)
+    minute = health.floor_minute(now)
+    await roll_up(db, [answered("WH1", now, 5), answered("WH1", now, 5, ok=False)])
+    async with db.transaction() as conn:
+        await stats.record_batch(conn, [answered("WH1", now, 7)], [], "engine-b")
+        await stats.record_batch(conn, [answered("WH2", now, 7)], [], "engine-b")
+    counted = await stats.attempts_per_minute(db, "WH1", minute - timedelta(minutes=59))
+    assert counted == {
+        minute: {**dict.fromkeys(AttemptOutcome, 0), AttemptOutcome.SUCCESS: 2,
+                 AttemptOutcome.HTTP_ERROR: 1}
+    }  # fmt: skip
+    assert await stats.attempts_per_minute(db, "WH1", minute + timedelta(minutes=1)) == {}

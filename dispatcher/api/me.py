@@ -1,0 +1,22 @@
+"""`GET /v1/me`: what the key a request is made with may do, so that a client (the console
+first) shows only the actions the API would take from it."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from dispatcher.api.context import Services, requires_key
+from dispatcher.api.http import json_response
+from dispatcher.api.operations import operation
+from dispatcher.api.resources import Me, me
+from dispatcher.store.workspaces import ApiKey
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/v1/me")
+@requires_key()
+@operation(200, Me)
+async def get_me(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """The key's workspace, id and scopes. Any valid key may ask, whatever its scopes."""
+    return json_response(me(key.workspace_id, key.id, key.scopes))
