@@ -11,7 +11,7 @@ answers. See domain/resources.py for why these are TypedDicts and not models.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Generic, NotRequired, TypeVar
+from typing import Annotated, Any, Generic, NotRequired, TypeVar
 
 import orjson
 from pydantic import GetPydanticSchema
@@ -25,6 +25,7 @@ from dispatcher.domain.enums import (
     DeliveryStatus,
     DisabledReason,
 )
+from dispatcher.domain.headers import names_in_order
 from dispatcher.domain.health import EndpointHealth, StatsWindow
 from dispatcher.domain.outcomes import AttemptOutcome
 from dispatcher.domain.resources import (
@@ -48,6 +49,7 @@ __all__ = [
     "ErrorDetail",
     "EventEnvelope",
     "EventWithDeliveries",
+    "FilterMatch",
     "Message",
     "MessageMedia",
     "Page",
@@ -61,6 +63,7 @@ __all__ = [
     "conversation",
     "delivery",
     "event_with_deliveries",
+    "filter_match",
     "message",
     "recovered",
     "secret",
@@ -99,7 +102,8 @@ class Conversation(TypedDict):
 
 
 class Webhook(TypedDict):
-    """A subscription: which events go to which URL (its signing secret is read apart)."""
+    """A subscription: which events go to which URL (its signing secret is read apart), with
+    the headers sent along (secret ones by name only) and its payload filter."""
 
     id: str
     createdAt: Timestamp
@@ -110,12 +114,21 @@ class Webhook(TypedDict):
     numberIds: list[str] | None
     url: str
     maxConcurrency: int
+    headers: dict[str, str]
+    secretHeaderNames: list[str]
+    filter: dict[str, Any] | None
 
 
 class WebhookWithSecret(Webhook):
     """A webhook as created: the only answer that carries its secret besides the secret's own."""
 
     secret: str
+
+
+class FilterMatch(TypedDict):
+    """Whether the data given contains the filter (`@>`), as fan-out would decide it."""
+
+    matches: bool
 
 
 class Secret(TypedDict):
@@ -261,6 +274,9 @@ def webhook(row: Row, default_concurrency: int) -> Webhook:
         "numberIds": None if row["number_ids"] is None else list(row["number_ids"]),
         "url": row["url"],
         "maxConcurrency": row["max_concurrency"] or default_concurrency,
+        "headers": row["headers"],
+        "secretHeaderNames": names_in_order(row["secret_header_names"]),
+        "filter": row["payload_filter"],
     }
 
 
@@ -270,6 +286,10 @@ def webhook_with_secret(row: Row, default_concurrency: int, secret: str) -> Webh
 
 def secret(value: str) -> Secret:
     return {"secret": value}
+
+
+def filter_match(matches: bool) -> FilterMatch:
+    return {"matches": matches}
 
 
 def recovered(queued: int) -> Recovered:
