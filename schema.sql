@@ -188,7 +188,20 @@ CREATE TABLE IF NOT EXISTS webhooks (
     disabled_reason             text CHECK (disabled_reason IN ('manual', 'failing', 'gone')),
     deleted_at                  timestamptz,
     -- Start of the current run of failures; NULL after any success (the disable rule's clock).
-    failing_since               timestamptz
+    failing_since               timestamptz,
+    -- Custom headers, name -> value, sent with every attempt (docs/webhooks.md, "Custom
+    -- headers"; the rules: dispatcher/domain/headers.py). The API returns `headers` as they
+    -- are and only the names of `secret_headers`; like `secret`, those are kept as given,
+    -- since the engine sends them. (Last: schema 12 added them.)
+    headers                     jsonb NOT NULL DEFAULT '{}'
+        CHECK (jsonb_typeof(headers) = 'object'),
+    secret_headers              jsonb NOT NULL DEFAULT '{}'
+        CHECK (jsonb_typeof(secret_headers) = 'object'),
+    -- The payload filter (`filter`): an event goes here only when its data contains it
+    -- (`data @> payload_filter`, in dispatcher_add_deliveries). NULL: every event; `{}` is
+    -- stored as NULL. (Last: schema 12 added it.)
+    payload_filter              jsonb
+        CHECK (jsonb_typeof(payload_filter) = 'object' AND payload_filter <> '{}')
 );
 CREATE INDEX IF NOT EXISTS webhooks_page
     ON webhooks (workspace_id, created_at DESC, id DESC) WHERE deleted_at IS NULL;
@@ -468,11 +481,12 @@ $$;
 -- event's delivery already is skipped. Returns how many were made.
 --
 -- Which webhooks: with p_webhook_ids NULL, every live subscription of the workspace that hears
--- the event's type and number (a new event's fan-out); otherwise exactly those, whatever they
--- hear (a webhook's test event; a recover, whose caller chose them). Due at p_due_at (NULL: as
--- of the event), because of p_trigger (the attempt log's; NULL: a test event's delivery is due
+-- the event's type and number and whose payload filter the event's data contains (a new
+-- event's fan-out); otherwise exactly those, whatever they hear (a webhook's test event; a
+-- recover, whose caller chose them and applied the filter). Due at p_due_at (NULL: as of the
+-- event), because of p_trigger (the attempt log's; NULL: a test event's delivery is due
 -- because of the test, any other because of the schedule). The event's fields come as
--- arguments: no join back to its row.
+-- arguments: no join back to its row, but for its data when a subscriber has a filter.
 --
 -- No NOTIFY here: a NOTIFY in the publishing transaction takes a cluster-wide lock through the
 -- commit (and its WAL flush), which serialises every publisher's commit. The service wakes
@@ -508,6 +522,13 @@ BEGIN
               AND p_type = ANY (w.events)
               AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
               AND w.id IS DISTINCT FROM p_excluded_webhook_id
+              -- The payload filter. The event's data is read back from its row (written
+              -- before this call, in this transaction) by an uncorrelated subquery: parsed
+              -- once per call, and only when a subscriber has a filter.
+              AND (w.payload_filter IS NULL
+                   OR (SELECT e.payload::jsonb -> 'data' FROM events e
+                       WHERE e.id = p_event_id AND e.created_at = p_created_at)
+                      @> w.payload_filter)
             UNION ALL
             SELECT unnest(p_webhook_ids)
         ) AS hook (id)
@@ -629,4 +650,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO dispatcher_schema (version) VALUES (11) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (12) ON CONFLICT DO NOTHING;

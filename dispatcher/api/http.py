@@ -285,20 +285,30 @@ def _decode(raw: bytes) -> Any:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc.msg}") from exc
     if isinstance(data, dict | list) and _has_duplicate_keys(raw):
         raise ApiError(400, "invalid_json", "the body repeats a key in one object")
-    if b"u0000" in raw and _contains_nul(data):
-        raise ValidationFailed([FieldError("body", "strings must not contain NUL (\\u0000)")])
+    if b"u0000" in raw:
+        path = _nul_path(data, "body")
+        if path is not None:
+            raise ValidationFailed([FieldError(path, "strings must not contain NUL (\\u0000)")])
     return data
 
 
-def _contains_nul(value: Any) -> bool:
-    """Postgres text cannot hold NUL; refuse it at the door rather than fail in the store."""
+def _nul_path(value: Any, path: str) -> str | None:
+    """Where the first string holding NUL is (`body.headers.X-A`; an object's path when one
+    of its keys holds it), or None. Postgres text cannot hold NUL; refuse it at the door,
+    naming the field, rather than fail in the store."""
     if isinstance(value, str):
-        return "\x00" in value
+        return path if "\x00" in value else None
     if isinstance(value, dict):
-        return any(_contains_nul(k) or _contains_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_contains_nul(v) for v in value)
-    return False
+        for key, item in value.items():
+            found = path if "\x00" in key else _nul_path(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _nul_path(item, f"{path}.{index}")
+            if found is not None:
+                return found
+    return None
 
 
 def _has_duplicate_keys(raw: bytes) -> bool:

@@ -20,6 +20,7 @@ from pydantic import (
 
 from dispatcher.domain.enums import CallStatus, ConversationStatus, Scope
 from dispatcher.domain.events import EVENT_TYPES, OPERATIONAL_TYPES, PUBLISHABLE_TYPES
+from dispatcher.domain.payload_filter import filter_problem
 from dispatcher.domain.phone import is_e164
 from dispatcher.domain.text import BLANK, is_blank, name_problem
 from dispatcher.domain.urls import check_webhook_url
@@ -116,10 +117,22 @@ def _distinct(value: list[str] | None) -> list[str] | None:
     return value
 
 
+def _filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    problem = None if value is None else filter_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 EventTypes = Annotated[list[str], Field(min_length=1, max_length=64), AfterValidator(_event_types)]
 NumberIds = Annotated[list[str] | None, Field(max_length=1000), AfterValidator(_distinct)]
 Name = Annotated[str | None, Field(max_length=255), AfterValidator(_optional_name)]
 Concurrency = Annotated[int | None, Field(ge=1, le=1000)]
+# Custom headers, name -> value: only their types here; the rules (which span both objects,
+# and on PATCH the stored one) are domain/headers.py's, applied by the handler.
+HeaderMap = dict[str, str] | None
+# A JSON object that the event's data must contain (`{}` and null: no filter).
+PayloadFilter = Annotated[dict[str, Any] | None, AfterValidator(_filter)]
 
 
 class CreateWebhook(Body):
@@ -128,6 +141,9 @@ class CreateWebhook(Body):
     name: Name = None
     numberIds: NumberIds = None
     maxConcurrency: Concurrency = None
+    headers: HeaderMap = None
+    secretHeaders: HeaderMap = None
+    filter: PayloadFilter = None
 
 
 class UpdateWebhook(Body):
@@ -139,6 +155,16 @@ class UpdateWebhook(Body):
     numberIds: NumberIds = None
     enabled: bool | None = None
     maxConcurrency: Concurrency = None
+    headers: HeaderMap = None
+    secretHeaders: HeaderMap = None
+    filter: PayloadFilter = None
+
+
+class FilterTest(Body):
+    """Try a payload filter: the webhook's saved one, or `filter` when given."""
+
+    data: dict[str, Any]
+    filter: PayloadFilter = None
 
 
 class Recover(Body):

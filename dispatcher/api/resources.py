@@ -27,6 +27,7 @@ from dispatcher.domain.enums import (
     DisabledReason,
     Scope,
 )
+from dispatcher.domain.headers import names_in_order
 from dispatcher.domain.health import EndpointHealth, StatsWindow
 from dispatcher.domain.outcomes import AttemptOutcome
 from dispatcher.domain.resources import (
@@ -55,6 +56,7 @@ __all__ = [
     "Event",
     "EventEnvelope",
     "EventWithDeliveries",
+    "FilterMatch",
     "Me",
     "Message",
     "MessageMedia",
@@ -74,6 +76,7 @@ __all__ = [
     "conversation",
     "delivery",
     "event_with_deliveries",
+    "filter_match",
     "me",
     "message",
     "new_api_key",
@@ -128,7 +131,8 @@ class Conversation(TypedDict):
 
 
 class Webhook(TypedDict):
-    """A subscription: which events go to which URL (its signing secret is read apart)."""
+    """A subscription: which events go to which URL (its signing secret is read apart), with
+    the headers sent along (secret ones by name only) and its payload filter."""
 
     id: str
     createdAt: Timestamp
@@ -139,12 +143,21 @@ class Webhook(TypedDict):
     numberIds: list[str] | None
     url: str
     maxConcurrency: int
+    headers: dict[str, str]
+    secretHeaderNames: list[str]
+    filter: dict[str, Any] | None
 
 
 class WebhookWithSecret(Webhook):
     """A webhook as created: the only answer that carries its secret besides the secret's own."""
 
     secret: str
+
+
+class FilterMatch(TypedDict):
+    """Whether the data given contains the filter (`@>`), as fan-out would decide it."""
+
+    matches: bool
 
 
 class Secret(TypedDict):
@@ -404,6 +417,9 @@ def webhook(row: Row, default_concurrency: int) -> Webhook:
         "numberIds": None if row["number_ids"] is None else list(row["number_ids"]),
         "url": row["url"],
         "maxConcurrency": row["max_concurrency"] or default_concurrency,
+        "headers": row["headers"],
+        "secretHeaderNames": names_in_order(row["secret_header_names"]),
+        "filter": row["payload_filter"],
     }
 
 
@@ -413,6 +429,10 @@ def webhook_with_secret(row: Row, default_concurrency: int, secret: str) -> Webh
 
 def secret(value: str) -> Secret:
     return {"secret": value}
+
+
+def filter_match(matches: bool) -> FilterMatch:
+    return {"matches": matches}
 
 
 def recovered(queued: int) -> Recovered:

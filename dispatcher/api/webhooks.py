@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -10,7 +11,7 @@ from aiohttp import web
 
 from dispatcher.api.context import Services, requires
 from dispatcher.api.http import json_response, parse_body
-from dispatcher.api.models import CreateWebhook, Recover, UpdateWebhook
+from dispatcher.api.models import CreateWebhook, FilterTest, Recover, UpdateWebhook
 from dispatcher.api.numbers import own_numbers
 from dispatcher.api.operations import operation
 from dispatcher.api.pagination import Pager
@@ -23,12 +24,14 @@ from dispatcher.api.query import (
 )
 from dispatcher.api.resources import (
     Delivery,
+    FilterMatch,
     Page,
     Recovered,
     Secret,
     Webhook,
     WebhookWithSecret,
     delivery,
+    filter_match,
     recovered,
     secret,
     webhook,
@@ -37,6 +40,9 @@ from dispatcher.api.resources import (
 from dispatcher.domain import ids
 from dispatcher.domain.enums import DeliveryStatus, Scope
 from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
+from dispatcher.domain.headers import FIELDS as HEADER_FIELDS
+from dispatcher.domain.headers import HEADERS, SECRET_HEADERS, header_problems
+from dispatcher.domain.payload_filter import FILTER, stored_filter
 from dispatcher.errors import FieldError, NotFound, ValidationFailed
 from dispatcher.store import deliveries, webhooks
 from dispatcher.store.database import Record
@@ -66,6 +72,15 @@ async def _check_numbers(svc: Services, workspace_id: str, number_ids: list[str]
         await own_numbers(svc, workspace_id, "body.numberIds", number_ids)
 
 
+def _check_headers(
+    headers: Mapping[str, str], secret_headers: Mapping[str, str], changed: Collection[str]
+) -> None:
+    """Refuse custom headers that break a rule (domain/headers.py), naming the field."""
+    problems = header_problems(headers, secret_headers, changed=changed)
+    if problems:
+        raise ValidationFailed([FieldError(f"body.{p.field}", p.message) for p in problems])
+
+
 async def _get_webhook(svc: Services, workspace_id: str, webhook_id: str) -> Record:
     row = await webhooks.find(svc.db, workspace_id, webhook_id)
     if row is None:
@@ -78,6 +93,8 @@ async def _get_webhook(svc: Services, workspace_id: str, webhook_id: str) -> Rec
 @operation(201, WebhookWithSecret, body=CreateWebhook)
 async def create_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     body = await parse_body(request, CreateWebhook)
+    headers, secret_headers = body.headers or {}, body.secretHeaders or {}
+    _check_headers(headers, secret_headers, body.model_fields_set)
     await _check_numbers(svc, key.workspace_id, body.numberIds)
     row, signing_secret = await webhooks.create(
         svc.db,
@@ -88,6 +105,9 @@ async def create_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
         number_ids=body.numberIds,
         max_concurrency=body.maxConcurrency,
         now=svc.clock.now(),
+        headers=headers,
+        secret_headers=secret_headers,
+        payload_filter=stored_filter(body.filter),
     )
     return json_response(
         webhook_with_secret(row, svc.settings.max_concurrency_per_webhook, signing_secret),
@@ -128,9 +148,31 @@ async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
     changes: dict[str, Any] = {name: getattr(body, name) for name in present}
     if "name" in changes and not changes["name"]:
         changes["name"] = None  # null or "" clears the name
+    for field in HEADER_FIELDS:
+        if field in changes:
+            changes[field] = changes[field] or {}  # replaced whole; null or {} clears
+    if FILTER in changes:
+        changes[FILTER] = stored_filter(changes[FILTER])
+    header_changes = present & set(HEADER_FIELDS)
+
+    def check(current: Record) -> None:
+        """The headers as they would be stored, checked under the webhook's lock: a PATCH of
+        one object is checked with the other as it is."""
+        if header_changes:
+            _check_headers(
+                changes.get(HEADERS, current["headers"]),
+                changes.get(SECRET_HEADERS, current["secret_headers"]),
+                header_changes,
+            )
+
     await _check_numbers(svc, key.workspace_id, changes.get("numberIds"))
     row = await webhooks.update(
-        svc.db, key.workspace_id, request.match_info["webhook_id"], changes, svc.clock.now()
+        svc.db,
+        key.workspace_id,
+        request.match_info["webhook_id"],
+        changes,
+        svc.clock.now(),
+        check=check,
     )
     if row is None:
         raise NotFound("webhook not found")
@@ -170,6 +212,27 @@ async def rotate_webhook_secret(request: web.Request, svc: Services, key: ApiKey
     if current is None:
         raise NotFound("webhook not found")
     return json_response(secret(current))
+
+
+@routes.post("/v1/webhooks/{webhook_id}/filter/test")
+@requires(Scope.WEBHOOKS_READ)
+@operation(200, FilterMatch, body=FilterTest)
+async def test_webhook_filter(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """Whether `data` would pass the webhook's saved filter, or the `filter` given instead
+    (null or `{}`: no filter): answered by the database's `@>`, as fan-out decides."""
+    body = await parse_body(request, FilterTest)
+    given = FILTER in body.model_fields_set
+    matches = await webhooks.filter_matches(
+        svc.db,
+        key.workspace_id,
+        request.match_info["webhook_id"],
+        body.data,
+        given=given,
+        payload_filter=stored_filter(body.filter),
+    )
+    if matches is None:
+        raise NotFound("webhook not found")
+    return json_response(filter_match(matches))
 
 
 @routes.get("/v1/webhooks/{webhook_id}/deliveries")

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol, cast
 
 from yarl import URL
@@ -69,6 +70,13 @@ _DONE, _CUT = 7, 8  # read completely; cut at MAX_BODY_BYTES
 
 Key = tuple[str, str, int]  # scheme, host, port: the connections that may serve a request
 
+# What a header line may hold, checked where lines are written whatever checked them before:
+# a name is an RFC 9110 token; a value has no CR, LF, NUL or other control but tab, and no
+# byte past ASCII. One field can never become two lines (header injection), even if a rule
+# upstream were bypassed or a stored header predates it.
+_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(rb"[\t\x20-\x7e]*")
+
 
 class RequestFailed(Exception):
     """The request failed; the message says how, in the words the sender records."""
@@ -76,6 +84,25 @@ class RequestFailed(Exception):
 
 class BlockedAddress(OSError):
     """The destination resolves only to addresses the guard refuses (the message says why)."""
+
+
+class InvalidHeader(ValueError):
+    """A header that must not be written (the message never quotes its value)."""
+
+
+def header_lines(fields: Iterable[tuple[str, str]]) -> bytes:
+    """`Name: value\\r\\n` lines for `fields`, or InvalidHeader when a name is not a token or
+    a value holds a character a header line cannot (see _FIELD_NAME, _FIELD_VALUE)."""
+    lines = []
+    for name, value in fields:
+        raw_name = name.encode("utf-8", "surrogatepass")
+        raw_value = value.encode("utf-8", "surrogatepass")
+        if not _FIELD_NAME.fullmatch(raw_name):
+            raise InvalidHeader("a header name is not an HTTP token")
+        if not _FIELD_VALUE.fullmatch(raw_value):
+            raise InvalidHeader(f"the value of header {name} has a character HTTP does not allow")
+        lines.append(b"%b: %b\r\n" % (raw_name, raw_value))
+    return b"".join(lines)
 
 
 class _Stale(RequestFailed):
@@ -130,7 +157,7 @@ class Http1Client:
         self.allowed = tuple(allowed)
         self.limit = max(1, max_connections)
         self.excerpt_bytes = excerpt_bytes
-        self._fixed = b"".join(f"{k}: {v}\r\n".encode() for k, v in (headers or {}).items())
+        self._fixed = header_lines((headers or {}).items())
         self._resolver = resolver
         self._ssl = ssl_context
         self._on_stage = on_stage

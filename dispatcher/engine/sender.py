@@ -11,6 +11,14 @@ resolve to one address when checked and another when connected.
 `send` never raises (but for cancellation): whatever goes wrong at any stage (the URL, the
 resolver, connecting, sending, reading) comes back as an Outcome with a plain message, so
 every attempt is recorded and follows the retry schedule.
+
+A webhook's custom headers (docs/webhooks.md) are written after the headers the service sets
+(Host, Content-Type, User-Agent, Content-Length, the signature's three), and each is checked
+first by the rules the API applied (dispatcher.domain.headers: no reserved name, so none can
+stand beside or in place of ours) and then by the writer itself (`http1.header_lines`: no
+line break can get through). A header that fails either is never sent: the attempt fails,
+recorded, as with a URL that cannot be attempted. `Accept: */*` is sent unless a custom
+header sets Accept.
 """
 
 from __future__ import annotations
@@ -27,18 +35,25 @@ from aiohttp.resolver import DefaultResolver
 
 from dispatcher import __version__
 from dispatcher.domain.addresses import Network, blocked_error, blocked_reason
+from dispatcher.domain.headers import header_problem
 from dispatcher.domain.outcomes import AttemptOutcome
 from dispatcher.domain.signing import secret_key, sign
 from dispatcher.domain.urls import InvalidUrl, parse_webhook_url
 from dispatcher.engine import http1
-from dispatcher.engine.http1 import BlockedAddress, Http1Client, RequestFailed
+from dispatcher.engine.http1 import BlockedAddress, Http1Client, InvalidHeader, RequestFailed
 
 __all__ = ["MAX_RESPONSE_BYTES", "BlockedAddress", "GuardedResolver", "Outcome", "Sender"]
 
 MAX_RESPONSE_BYTES = http1.MAX_BODY_BYTES
 USER_AGENT = f"dispatcher/{__version__}"
-# Sent on every request. aiohttp also added `Accept: */*`: kept, so receivers see no change.
-FIXED_HEADERS = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "Accept": "*/*"}
+# Sent on every request.
+FIXED_HEADERS = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
+# aiohttp also added `Accept: */*`: kept, so receivers see no change, unless a custom header
+# sets its own Accept.
+DEFAULT_ACCEPT = ("Accept", "*/*")
+UNSENDABLE = "the webhook's custom headers cannot be sent"
+
+CustomHeaders = Sequence[tuple[str, str]]
 
 SUCCESS = AttemptOutcome.SUCCESS
 HTTP_ERROR = AttemptOutcome.HTTP_ERROR
@@ -145,6 +160,7 @@ class Sender:
         self._client: Http1Client | None = None
         self._session: aiohttp.ClientSession | None = None
         self._keys: dict[str, bytes] = {}
+        self._extra: dict[tuple[tuple[str, str], ...], bytes] = {}
         self._verdicts: dict[str, tuple[AttemptOutcome, str] | None] = {}
 
     async def start(self) -> None:
@@ -213,6 +229,28 @@ class Sender:
         self._verdicts[url] = verdict
         return verdict
 
+    def _extra_lines(self, custom: CustomHeaders) -> bytes:
+        """The request's header lines after the signature: the custom headers, then
+        `Accept: */*` unless they set Accept. InvalidHeader when one must not be sent (its
+        message never quotes a value). Cached per set of headers: the same few come back."""
+        key = tuple(custom)
+        try:
+            return self._extra[key]
+        except KeyError:
+            pass
+        for name, value in key:
+            problem = header_problem(name, value)
+            if problem is not None:
+                raise InvalidHeader(problem)
+        fields = list(key)
+        if not any(name.lower() == "accept" for name, _ in key):
+            fields.append(DEFAULT_ACCEPT)
+        lines = http1.header_lines(fields)
+        if len(self._extra) > 10_000:
+            self._extra.clear()
+        self._extra[key] = lines
+        return lines
+
     def _signed(self, delivery_id: str, secrets: Sequence[str], body: bytes) -> tuple[int, str]:
         """(webhook-timestamp, webhook-signature) for this attempt."""
         timestamp = int(self.wall_clock())
@@ -230,8 +268,15 @@ class Sender:
         }
 
     async def send(
-        self, url: str, delivery_id: str, secrets: Sequence[str], body: bytes
+        self,
+        url: str,
+        delivery_id: str,
+        secrets: Sequence[str],
+        body: bytes,
+        custom_headers: CustomHeaders = (),
     ) -> Outcome:
+        """One attempt: `body` POSTed to `url`, signed with `secrets`, with the webhook's
+        `custom_headers` (name, value) after ours."""
         assert self._client is not None or self._session is not None, "Sender.start() first"
         started = time.perf_counter()
 
@@ -251,14 +296,21 @@ class Sender:
         verdict = self._url_verdict(url)
         if verdict is not None:
             return done(verdict[0], None, verdict[1])
+        try:
+            extra = self._extra_lines(custom_headers)
+        except InvalidHeader as exc:
+            return done(CONNECTION_ERROR, None, f"{UNSENDABLE}: {exc}")
         if self._client is None:
-            return await self._send_with_aiohttp(url, delivery_id, secrets, body, done)
+            return await self._send_with_aiohttp(
+                url, delivery_id, secrets, body, custom_headers, done
+            )
         try:
             timestamp, signature = self._signed(delivery_id, secrets, body)
-            headers = b"webhook-id: %b\r\nwebhook-timestamp: %d\r\nwebhook-signature: %b\r\n" % (
+            headers = b"webhook-id: %b\r\nwebhook-timestamp: %d\r\nwebhook-signature: %b\r\n%b" % (
                 delivery_id.encode(),
                 timestamp,
                 signature.encode(),
+                extra,
             )
             status, retry_after, excerpt = await self._client.post(url, headers, body)
         except TimeoutError:
@@ -279,15 +331,15 @@ class Sender:
         delivery_id: str,
         secrets: Sequence[str],
         body: bytes,
+        custom_headers: CustomHeaders,
         done: _Finish,
     ) -> Outcome:
         assert self._session is not None
+        # (Checked by `_extra_lines` already: no custom name is one of ours.)
+        headers = {**self.headers(delivery_id, secrets, body), **dict(custom_headers)}
         try:
             async with self._session.post(
-                url,
-                data=body,
-                headers=self.headers(delivery_id, secrets, body),
-                allow_redirects=False,
+                url, data=body, headers=headers, allow_redirects=False
             ) as response:
                 complete, excerpt = await _drain(response, self.excerpt_bytes)
                 if not complete:

@@ -330,7 +330,11 @@ class Engine:
             )
             try:
                 outcome = await self.sender.send(
-                    claimed.url, claimed.id, claimed.secrets, claimed.payload
+                    claimed.url,
+                    claimed.id,
+                    claimed.secrets,
+                    claimed.payload,
+                    claimed.custom_headers,
                 )
             except Exception:
                 log.exception("engine.attempt_fault", delivery_id=claimed.id)

@@ -166,7 +166,7 @@ WHERE q.delivery_id = ranked.delivery_id
 RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
           e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
           w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
-          q.event_id, e.trace_context
+          q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers
 """
 
 
@@ -286,6 +286,8 @@ class Claimed(NamedTuple):
     max_concurrency: int
     event_id: str
     trace_context: str | None  # the publishing span's W3C traceparent (dispatcher.tracing)
+    # The webhook's custom headers, secret ones included (name, value): sent with the attempt.
+    custom_headers: tuple[tuple[str, str], ...] = ()
 
 
 class Result(NamedTuple):
@@ -368,6 +370,7 @@ async def claim(
                 max_concurrency=row["max_concurrency"],
                 event_id=row["event_id"],
                 trace_context=row["trace_context"],
+                custom_headers=tuple(row["custom_headers"].items()),
             )
         )
     return claimed

@@ -3,7 +3,7 @@ queries/webhooks.sql."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,10 +32,20 @@ class SQL(Queries, file="webhooks.sql"):
     secret: str
     rotate_secret: str
     demo_secrets: str
+    filter_matches: str
 
 
 # The fields of a change that `update` writes, in the order of its parameters.
-UPDATE_FIELDS = ("url", "events", "name", "numberIds", "maxConcurrency")
+UPDATE_FIELDS = (
+    "url",
+    "events",
+    "name",
+    "numberIds",
+    "maxConcurrency",
+    "headers",
+    "secretHeaders",
+    "filter",
+)
 DISABLED_ERROR = "webhook disabled"
 DELETED_ERROR = "webhook deleted"
 
@@ -50,8 +60,12 @@ async def create(
     number_ids: Sequence[str] | None,
     max_concurrency: int | None,
     now: datetime,
+    headers: Mapping[str, str] | None = None,
+    secret_headers: Mapping[str, str] | None = None,
+    payload_filter: Mapping[str, Any] | None = None,
 ) -> tuple[Record, str]:
-    """A new live subscription; returns it and its signing secret."""
+    """A new live subscription; returns it and its signing secret. The custom headers and
+    the filter are stored as given (the API checked them; `{}` filters nothing)."""
     async with db.acquire() as conn:
         return await insert(
             conn,
@@ -62,6 +76,9 @@ async def create(
             number_ids=number_ids,
             max_concurrency=max_concurrency,
             now=now,
+            headers=headers,
+            secret_headers=secret_headers,
+            payload_filter=payload_filter,
         )
 
 
@@ -75,6 +92,9 @@ async def insert(
     now: datetime,
     number_ids: Sequence[str] | None = None,
     max_concurrency: int | None = None,
+    headers: Mapping[str, str] | None = None,
+    secret_headers: Mapping[str, str] | None = None,
+    payload_filter: Mapping[str, Any] | None = None,
 ) -> tuple[Record, str]:
     """`create` on a connection the caller holds (the demo is made in one transaction)."""
     secret = new_secret()
@@ -89,6 +109,9 @@ async def insert(
         secret,
         max_concurrency,
         now,
+        dict(headers or {}),
+        dict(secret_headers or {}),
+        dict(payload_filter) if payload_filter else None,
     )
     assert row is not None
     return row, secret
@@ -155,15 +178,27 @@ async def disable(
 
 
 async def update(
-    db: Database, workspace_id: str, webhook_id: str, changes: dict[str, Any], now: datetime
+    db: Database,
+    workspace_id: str,
+    webhook_id: str,
+    changes: dict[str, Any],
+    now: datetime,
+    check: Callable[[Record], None] | None = None,
 ) -> Record | None:
     """Apply a PATCH: only the keys present in `changes` change; `enabled` moves between
     live and disabled (manual), and the workspace is told (`webhook.enabled`,
-    `webhook.disabled`)."""
+    `webhook.disabled`). `headers`, `secretHeaders` and `filter` are stored as given
+    (`{}` for no headers, None for no filter).
+
+    `check`, when given, sees the webhook as it is (locked: `headers` and `secret_headers`
+    included) before anything changes, and may raise to refuse the change: a rule that
+    spans a changed field and a kept one holds against concurrent PATCHes."""
     async with db.transaction() as conn:
         current = await conn.fetchrow(SQL.lock_webhook, workspace_id, webhook_id)
         if current is None:
             return None
+        if check is not None:
+            check(current)
         if any(field in changes for field in UPDATE_FIELDS):
             # Each field as (whether it changes, its new value), as `update` takes them.
             flagged = [v for field in UPDATE_FIELDS for v in (field in changes, changes.get(field))]
@@ -212,3 +247,27 @@ async def demo_secrets(db: Database, url: str, now: datetime) -> list[tuple[str,
     async with db.acquire() as conn:
         rows = await conn.fetch(SQL.demo_secrets, url, now)
     return [(r["id"], [r["secret"], *([r["previous"]] if r["previous"] else [])]) for r in rows]
+
+
+async def filter_matches(
+    db: Database,
+    workspace_id: str,
+    webhook_id: str,
+    data: Mapping[str, Any],
+    *,
+    given: bool,
+    payload_filter: Mapping[str, Any] | None,
+) -> bool | None:
+    """Whether `data` contains the webhook's saved filter, or `payload_filter` when `given`
+    (None: no filter, which matches everything); decided by Postgres' `@>`, as fan-out
+    decides it. None when the workspace has no such webhook."""
+    async with db.acquire() as conn:
+        row = await conn.fetchrow(
+            SQL.filter_matches,
+            workspace_id,
+            webhook_id,
+            dict(data),
+            given,
+            None if payload_filter is None else dict(payload_filter),
+        )
+    return None if row is None else bool(row["matches"])

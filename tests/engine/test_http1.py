@@ -301,6 +301,108 @@ async def test_the_request_is_what_aiohttp_sends() -> None:
     assert "webhook-timestamp: 1800000000" in lines
 
 
+# -- custom headers ----------------------------------------------------------------------------
+
+CUSTOM = [("X-Tenant", "acme"), ("Authorization", "Bearer s3cr3t-value"), ("X-Empty", "")]
+
+
+@pytest.mark.parametrize("client", ["lean", "aiohttp"])
+async def test_custom_headers_follow_ours_one_line_each(client: str) -> None:
+    options: dict[str, Any] = {"trace_configs": [_aiohttp()]} if client == "aiohttp" else {}
+    async with RawServer(answer(OK)) as server, lean(**options) as sender:
+        outcome = await sender.send(server.url(), "WD1", [SECRET], BODY, CUSTOM)
+        assert outcome.kind == "success", outcome
+        head = server.calls[-1].raw.partition(b"\r\n\r\n")[0].decode()
+    lines = head.split("\r\n")[1:]
+    names = [line.split(":", 1)[0].lower() for line in lines]
+    assert len(names) == len(set(names)), lines  # no header twice
+    for name, value in CUSTOM:
+        assert f"{name}: {value}" in lines, lines
+    assert "Accept: */*" in lines
+    if client == "lean":  # ours first, then the custom ones, then Accept
+        assert names == ["host", "content-type", "user-agent", "content-length", "webhook-id",
+                         "webhook-timestamp", "webhook-signature", "x-tenant", "authorization",
+                         "x-empty", "accept"]  # fmt: skip
+
+
+@pytest.mark.parametrize("client", ["lean", "aiohttp"])
+async def test_a_custom_accept_replaces_ours(client: str) -> None:
+    options: dict[str, Any] = {"trace_configs": [_aiohttp()]} if client == "aiohttp" else {}
+    async with RawServer(answer(OK)) as server, lean(**options) as sender:
+        custom = [("accept", "application/json")]
+        assert (await sender.send(server.url(), "WD1", [SECRET], BODY, custom)).succeeded
+        head = server.calls[-1].raw.partition(b"\r\n\r\n")[0].decode().lower()
+    assert head.count("\r\naccept:") == 1
+    assert "\r\naccept: application/json" in head
+
+
+# Headers a stored row could hold had it skipped the API: none is ever written.
+UNSENDABLE = [
+    [("X-A", "s3cr3t\r\nX-Injected: 1")],
+    [("X-A", "s3cr3t\nX-Injected: 1")],
+    [("X-A", "s3cr3t\rX")],
+    [("X-A", "s3cr3t\x00")],
+    [("X-A", "s3cr3t\u00e9")],
+    [("X-A", "s3cr3t\u2028X-Injected: 1")],
+    [("X-A\r\nX-Injected", "1")],
+    [("X-A: 1\r\nX-B", "1")],
+    [("", "1")],
+    [("Content-Type", "text/plain")],
+    [("content-length", "0")],
+    [("Transfer-Encoding", "chunked")],
+    [("Host", "evil.example.com")],
+    [("webhook-id", "forged")],
+    [("Webhook-Signature", "v1,forged")],
+    [("X-Ok", "fine"), ("User-Agent", "forged")],
+]
+
+
+@pytest.mark.parametrize("client", ["lean", "aiohttp"])
+@pytest.mark.parametrize("custom", UNSENDABLE, ids=repr)
+async def test_a_header_that_breaks_a_rule_is_never_written(
+    client: str, custom: list[tuple[str, str]]
+) -> None:
+    options: dict[str, Any] = {"trace_configs": [_aiohttp()]} if client == "aiohttp" else {}
+    async with RawServer(answer(OK)) as server, lean(**options) as sender:
+        outcome = await sender.send(server.url(), "WD1", [SECRET], BODY, custom)
+        assert server.calls == [] and server.connections == 0
+    assert outcome.kind == "connection_error"
+    assert outcome.error is not None
+    assert outcome.error.startswith("the webhook's custom headers cannot be sent: "), outcome
+    assert "s3cr3t" not in outcome.error and "forged" not in outcome.error
+    assert not TECHNICAL.search(outcome.error), outcome.error
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [("X-A", "a\r\nX-Injected: 1")],
+        [("X-A", "a\n")],
+        [("X-A", "a\r")],
+        [("X-A", "\x00")],
+        [("X-A", "\x7f")],
+        [("X-A", "\u00e9")],
+        [("X-A", "\udc80")],
+        [("X-A\r\nX-B", "1")],
+        [("X A", "1")],
+        [("X:A", "1")],
+        [("", "1")],
+        [("\u0425", "1")],
+    ],
+    ids=repr,
+)
+def test_the_writer_refuses_what_would_break_a_line(fields: list[tuple[str, str]]) -> None:
+    """The writer's own guard, whatever checked the headers before it."""
+    with pytest.raises(http1.InvalidHeader) as refused:
+        http1.header_lines(fields)
+    assert "Injected" not in str(refused.value)
+
+
+def test_the_writer_writes_one_line_per_field() -> None:
+    fields = [("X-A", "a b\tc"), ("X-B", ""), ("!#$%&'*+-.^_`|~", "!~")]
+    assert http1.header_lines(fields) == b"X-A: a b\tc\r\nX-B: \r\n!#$%&'*+-.^_`|~: !~\r\n"
+
+
 # -- the pool --------------------------------------------------------------------------------
 
 

@@ -76,6 +76,54 @@ async def test_no_secret_or_key_reaches_the_log(
         assert secret.removeprefix("whsec_").removeprefix("dk_") not in text
 
 
+async def test_no_secret_header_value_reaches_the_log(
+    captured: io.StringIO,
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    receiver: Receiver,
+    make_engine: EngineFactory,
+    db: Database,
+) -> None:
+    """Secret header values pass through create, PATCH (accepted and refused), every attempt
+    (failing ones too) and a header the sender refuses: none of it is logged."""
+    values = ["hdr-s3cr3t-one", "hdr-s3cr3t-two", "hdr-s3cr3t-three", "hdr-s3cr3t-four"]
+    receiver.behaviours["/gone"] = answer(410)
+    hook = await subscribe(client, ws, receiver.url(), secretHeaders={"X-Key": values[0]})
+    await subscribe(client, ws, receiver.url("/gone"), secretHeaders={"X-Key": values[1]})
+    await client.patch(f"/v1/webhooks/{hook['id']}", json={"secretHeaders": {"X-A": values[2]}},
+                       headers=ws.headers)  # fmt: skip
+    for refused in (
+        {"X-A": values[3] + "\r\n"},
+        {"Host": values[3]},
+        {"x-a": values[3], "X-A": "1"},
+    ):
+        resp = await client.patch(f"/v1/webhooks/{hook['id']}", json={"secretHeaders": refused},
+                                  headers=ws.headers)  # fmt: skip
+        assert resp.status == 400
+    resp = await client.post(
+        "/v1/webhooks",
+        json={"url": receiver.url(), "events": ["contact.updated"],
+              "secretHeaders": {"X-B": values[3] + "\u00e9"}},
+        headers=ws.headers,
+    )  # fmt: skip
+    assert resp.status == 400
+    unsendable = await subscribe(client, ws, receiver.url("/unsendable"))
+    async with db.acquire() as conn:
+        await conn.execute(
+            "UPDATE webhooks SET secret_headers = $2 WHERE id = $1",
+            unsendable["id"], {"X-Key": values[3] + "\r\nX-Injected: 1"},
+        )  # fmt: skip
+    await publish(client, ws)
+    await make_engine()
+    await wait_recorded(db, 3)
+    events = {e["event"] for e in lines(captured)}
+    assert {"api.request", "engine.started", "delivery.given_up", "webhook.disabled"} <= events
+    assert any(r.headers.get("X-A") == values[2] for r in receiver.requests)
+    text = captured.getvalue()
+    for value in values:
+        assert value not in text
+
+
 def test_settings_are_logged_with_passwords_masked() -> None:
     settings = Settings.from_env({"DATABASE_URL": "postgresql://app:hunter2@db:5432/dispatcher"})
     shown = settings.redacted()

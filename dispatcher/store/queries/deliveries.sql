@@ -51,13 +51,21 @@ UPDATE delivery_queue SET due_at = $2, trigger = $3 WHERE delivery_id = $1
 
 -- name: requeue_failed
 -- Make webhook $1's failed deliveries created in [$2, $3) pending again, due at $4, those of
--- expunged events excepted; returns their ids.
+-- events its payload filter passes (as fan-out decides it; test deliveries are never
+-- filtered), expunged events excepted; returns their ids.
 UPDATE deliveries d SET status = 'pending', next_attempt_at = $4
-WHERE d.webhook_id = $1 AND d.status = 'failed' AND d.created_at >= $2 AND d.created_at < $3
+FROM webhooks w
+WHERE w.id = $1 AND d.webhook_id = w.id
+  AND d.status = 'failed' AND d.created_at >= $2 AND d.created_at < $3
   AND NOT EXISTS (
       SELECT 1 FROM events e
       WHERE e.id = d.event_id AND e.created_at = d.created_at AND e.expunged_at IS NOT NULL
   )
+  AND (w.payload_filter IS NULL OR d.event_type = 'webhook.test' OR EXISTS (
+      SELECT 1 FROM events e
+      WHERE e.id = d.event_id AND e.created_at = d.created_at
+        AND (e.payload::jsonb -> 'data') @> w.payload_filter
+  ))
 RETURNING d.id
 
 -- name: enqueue
@@ -73,10 +81,10 @@ WHERE id = ANY($1::text[]) AND status = 'pending'
 ON CONFLICT (delivery_id) DO NOTHING
 
 -- name: deliver_missed
--- Deliveries for the events of workspace $2 created in [$3, $4) that webhook $1 hears and has
--- no delivery of, due at $5, because of $6, expunged events excepted; returns how many were
--- made. (Only the missed ones reach dispatcher_add_deliveries, which would skip the others
--- too.)
+-- Deliveries for the events of workspace $2 created in [$3, $4) that webhook $1 hears (type,
+-- number and payload filter, as fan-out decides them) and has no delivery of, due at $5,
+-- because of $6, expunged events excepted; returns how many were made. (Only the missed ones
+-- reach dispatcher_add_deliveries, which would skip the others too.)
 SELECT coalesce(sum(dispatcher_add_deliveries(e.id, e.created_at, e.workspace_id, e.type,
                                               e.number_id, ARRAY[w.id], $5, $6, NULL)),
                 0)::int
@@ -87,6 +95,7 @@ WHERE w.id = $1 AND w.workspace_id = $2
   AND e.expunged_at IS NULL
   AND e.type = ANY (w.events)
   AND (w.number_ids IS NULL OR e.number_id = ANY (w.number_ids))
+  AND (w.payload_filter IS NULL OR (e.payload::jsonb -> 'data') @> w.payload_filter)
   AND NOT EXISTS (
       SELECT 1 FROM deliveries d
       WHERE d.webhook_id = w.id AND d.event_id = e.id AND d.created_at = e.created_at

@@ -4,17 +4,21 @@
 
 -- name: create
 -- A new live subscription: $1 id, $2 workspace, $3 URL, $4 event types, $5 name, $6 number ids
--- (NULL: every number), $7 signing secret, $8 concurrency limit (NULL: the default), $9 time.
+-- (NULL: every number), $7 signing secret, $8 concurrency limit (NULL: the default), $9 time,
+-- $10 custom headers, $11 secret headers, $12 payload filter (NULL: none).
 INSERT INTO webhooks (id, workspace_id, url, events, name, number_ids, secret, max_concurrency,
-                      created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                      created_at, headers, secret_headers, payload_filter)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 RETURNING id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
-          disabled_at, disabled_reason
+          disabled_at, disabled_reason, headers, payload_filter,
+          ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names
 
 -- name: webhook
 -- Webhook $2 of workspace $1, unless deleted.
 SELECT id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
-       disabled_at, disabled_reason
+       disabled_at, disabled_reason, headers, payload_filter,
+       -- Only the names of the secret headers ever leave the database for the API.
+       ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names
 FROM webhooks
 WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
 
@@ -28,7 +32,9 @@ SELECT EXISTS (
 -- name: webhooks_page
 -- A page of webhooks (store/pages.py adds the conditions, the order and the limit).
 SELECT id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
-       disabled_at, disabled_reason
+       disabled_at, disabled_reason, headers, payload_filter,
+       -- Only the names of the secret headers ever leave the database for the API.
+       ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names
 FROM webhooks
 
 -- name: give_up_pending
@@ -52,20 +58,24 @@ RETURNING id, workspace_id
 
 -- name: lock_webhook
 -- Lock webhook $2 of workspace $1, unless deleted, for a change; returns whether it is
--- disabled.
-SELECT id, disabled_at FROM webhooks
+-- disabled, and its custom headers (a change to one object is checked with the other).
+SELECT id, disabled_at, headers, secret_headers FROM webhooks
 WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
 FOR UPDATE
 
 -- name: update
--- Apply a change to webhook $1: the URL ($3), event types ($5), name ($7), number ids ($9)
--- and concurrency limit ($11) each change when its flag ($2, $4, $6, $8, $10) is true.
+-- Apply a change to webhook $1: the URL ($3), event types ($5), name ($7), number ids ($9),
+-- concurrency limit ($11), custom headers ($13), secret headers ($15) and payload filter ($17)
+-- each change when its flag ($2, $4, ... $16) is true.
 UPDATE webhooks SET
     url = CASE WHEN $2::boolean THEN $3 ELSE url END,
     events = CASE WHEN $4::boolean THEN $5 ELSE events END,
     name = CASE WHEN $6::boolean THEN $7 ELSE name END,
     number_ids = CASE WHEN $8::boolean THEN $9 ELSE number_ids END,
-    max_concurrency = CASE WHEN $10::boolean THEN $11 ELSE max_concurrency END
+    max_concurrency = CASE WHEN $10::boolean THEN $11 ELSE max_concurrency END,
+    headers = CASE WHEN $12::boolean THEN $13 ELSE headers END,
+    secret_headers = CASE WHEN $14::boolean THEN $15 ELSE secret_headers END,
+    payload_filter = CASE WHEN $16::boolean THEN $17 ELSE payload_filter END
 WHERE id = $1
 
 -- name: enable
@@ -100,3 +110,12 @@ SELECT w.id, w.secret,
 FROM webhooks w JOIN workspaces ws ON ws.id = w.workspace_id
 WHERE ws.demo AND w.url = $1 AND w.deleted_at IS NULL
 ORDER BY w.created_at, w.id
+
+-- name: filter_matches
+-- Whether data $3 contains a payload filter, as fan-out decides it (`@>`): webhook $2 of
+-- workspace $1's saved one, or $5 instead when $4 (NULL: none); no filter matches all.
+-- Nothing when there is no such webhook.
+SELECT coalesce($3::jsonb @> CASE WHEN $4::boolean THEN $5::jsonb ELSE payload_filter END,
+                true) AS matches
+FROM webhooks
+WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL

@@ -1,0 +1,138 @@
+"""Custom headers end to end, with a real receiver: on every attempt (retries too) and on test
+deliveries, secret ones included; never in place of ours; and a header stored past the API
+that breaks a rule is never sent, its attempt recorded as failed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp.test_utils import TestClient
+from standardwebhooks.webhooks import Webhook
+
+from dispatcher.domain.clock import FakeClock
+from dispatcher.store.database import Database
+from tests.conftest import Workspace, wait_for
+from tests.engine.helpers import attempted, get_json, publish, subscribe
+from tests.receiver import EngineFactory, Receiver, answer, sequence
+
+SECRET_VALUE = "Bearer s3cr3t-never-returned"
+HEADERS = {"X-Tenant": "acme", "Accept": "application/json", "x-trace": "a b\tc"}
+SECRET_HEADERS = {"Authorization": SECRET_VALUE, "X-Api-Key": "k3y-never-returned"}
+
+
+def carries_custom_headers(request_headers: dict[str, str]) -> bool:
+    """Whether a request carries HEADERS and SECRET_HEADERS, as they were given."""
+    lowered = {name.lower(): value for name, value in request_headers.items()}
+    wanted = {**HEADERS, **SECRET_HEADERS}
+    return all(lowered.get(name.lower()) == value for name, value in wanted.items())
+
+
+async def test_every_attempt_carries_the_headers(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    receiver: Receiver,
+    make_engine: EngineFactory,
+    clock: FakeClock,
+) -> None:
+    receiver.behaviours["/hook"] = sequence(answer(503), answer(200))
+    hook = await subscribe(
+        client, ws, receiver.url(), headers=HEADERS, secretHeaders=SECRET_HEADERS
+    )
+    event = await publish(client, ws)
+    engine = await make_engine()
+    first = await attempted(client, ws, hook["id"])
+    assert first["status"] == "pending"
+    clock.advance(10)
+    second = await attempted(client, ws, hook["id"], attempts=2, engine=engine)
+    assert second["status"] == "delivered"
+    assert len(receiver.requests) == 2
+    for request in receiver.requests:
+        assert carries_custom_headers(request.headers), request.headers
+        # Ours are there and untouched: the signature verifies, the type is ours.
+        assert Webhook(hook["secret"]).verify(request.body, request.headers) == event
+        assert request.headers["webhook-id"] == first["id"]
+        assert request.headers["Content-Type"] == "application/json"
+    # What the API shows of the delivery and its attempts carries no secret header.
+    for path in (
+        f"/v1/webhooks/{hook['id']}/deliveries",
+        f"/v1/webhooks/{hook['id']}/deliveries/{first['id']}/attempts",
+        f"/v1/webhooks/{hook['id']}",
+    ):
+        text = orjson.dumps(await get_json(client, ws, path)).decode()
+        assert "s3cr3t" not in text and "k3y" not in text
+
+
+async def test_a_test_delivery_carries_the_headers(
+    client: TestClient[Any, Any], ws: Workspace, receiver: Receiver, make_engine: EngineFactory
+) -> None:
+    hook = await subscribe(
+        client, ws, receiver.url(), headers=HEADERS, secretHeaders=SECRET_HEADERS,
+        filter={"never": "matches"},
+    )  # fmt: skip
+    resp = await client.post(f"/v1/webhooks/{hook['id']}/test", headers=ws.headers)
+    assert resp.status == 202
+    test_delivery = await resp.json()
+    await make_engine()
+    await wait_for(lambda: len(receiver.requests) == 1, message="the test delivery")
+    (request,) = receiver.requests
+    assert request.headers["webhook-id"] == test_delivery["id"]
+    assert carries_custom_headers(request.headers), request.headers
+
+
+async def test_headers_changed_by_a_patch_go_with_the_next_attempt(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    receiver: Receiver,
+    make_engine: EngineFactory,
+    clock: FakeClock,
+) -> None:
+    receiver.behaviours["/hook"] = sequence(answer(503), answer(200))
+    hook = await subscribe(client, ws, receiver.url(), headers={"X-Old": "1"},
+                           secretHeaders={"X-Old-Secret": "2"})  # fmt: skip
+    await publish(client, ws)
+    engine = await make_engine()
+    await attempted(client, ws, hook["id"])
+    resp = await client.patch(
+        f"/v1/webhooks/{hook['id']}", json={"headers": {"X-New": "3"}, "secretHeaders": None},
+        headers=ws.headers,
+    )  # fmt: skip
+    assert resp.status == 200
+    clock.advance(10)
+    await attempted(client, ws, hook["id"], attempts=2, engine=engine)
+    first, second = receiver.requests
+    assert first.headers["X-Old"] == "1" and first.headers["X-Old-Secret"] == "2"
+    assert second.headers["X-New"] == "3"
+    assert "X-Old" not in second.headers and "X-Old-Secret" not in second.headers
+
+
+async def test_a_header_stored_past_the_api_is_never_sent(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    receiver: Receiver,
+    make_engine: EngineFactory,
+    db: Database,
+) -> None:
+    """A row written without the API's rules (by hand, by an old release): the attempt fails,
+    recorded with a plain reason that quotes no value, and the receiver sees nothing."""
+    injected = await subscribe(client, ws, receiver.url("/injected"))
+    reserved = await subscribe(client, ws, receiver.url("/reserved"))
+    async with db.acquire() as conn:
+        await conn.execute(
+            "UPDATE webhooks SET secret_headers = $2 WHERE id = $1",
+            injected["id"], {"X-Key": "s3cr3t\r\nX-Injected: 1"},
+        )  # fmt: skip
+        await conn.execute(
+            "UPDATE webhooks SET headers = $2 WHERE id = $1",
+            reserved["id"], {"webhook-signature": "v1,forged"},
+        )  # fmt: skip
+    await publish(client, ws)
+    await make_engine()
+    for hook, reason in ((injected, "X-Key"), (reserved, "reserved")):
+        delivery = await attempted(client, ws, hook["id"])
+        assert delivery["status"] == "pending"  # retried, like any failure
+        assert delivery["responseStatus"] is None
+        error = delivery["lastError"]
+        assert error.startswith("the webhook's custom headers cannot be sent: "), error
+        assert reason in error and "s3cr3t" not in error and "forged" not in error
+    assert receiver.requests == []
