@@ -26,10 +26,10 @@ from dispatcher.api.resources import (
     EventEnvelope,
     EventWithDeliveries,
     Page,
-    StoredEnvelope,
+    StoredEvent,
     delivery,
     event_with_deliveries,
-    stored_envelope,
+    stored_event,
 )
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.events import EVENT_TYPE_PATTERN
@@ -87,6 +87,7 @@ async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web
         idempotency_key=idempotency_key,
         fingerprint=None if idempotency_key is None else request_fingerprint(raw),
         now=svc.clock.now(),
+        ordering_key=body.orderingKey,
     )
     headers = {} if created else {"Idempotent-Replayed": "true"}
     # The stored envelope, embedded as it is: never parsed and re-serialised.
@@ -110,7 +111,7 @@ SUMMARIES = 100  # deliveries shown with an event; its deliveries list pages thr
 
 @routes.get("/v1/events")
 @requires(Scope.EVENTS_READ)
-@operation(200, Page[StoredEnvelope], query=EVENT_FILTERS)
+@operation(200, Page[StoredEvent], query=EVENT_FILTERS)
 async def list_events(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """The workspace's events, newest first (test events are not part of the stream)."""
     filters = read_query(request, EVENT_FILTERS)
@@ -125,7 +126,7 @@ async def list_events(request: web.Request, svc: Services, key: ApiKey) -> web.R
         limit=pager.limit,
         after=pager.after,
     )
-    return json_response(pager.render(page, [stored_envelope(row) for row in page.rows]))
+    return json_response(pager.render(page, [stored_event(row) for row in page.rows]))
 
 
 async def _event(svc: Services, key: ApiKey, event_id: str) -> Record:

@@ -18,10 +18,10 @@ from pydantic import (
     field_validator,
 )
 
-from dispatcher.domain.enums import CallStatus, ConversationStatus
+from dispatcher.domain.enums import CallStatus, ConversationStatus, Ordering
 from dispatcher.domain.events import EVENT_TYPES
 from dispatcher.domain.phone import is_e164
-from dispatcher.domain.text import is_blank
+from dispatcher.domain.text import is_blank, is_control
 from dispatcher.domain.urls import check_webhook_url
 
 
@@ -121,6 +121,8 @@ EventTypes = Annotated[list[str], Field(min_length=1, max_length=64), AfterValid
 NumberIds = Annotated[list[str] | None, Field(max_length=1000), AfterValidator(_distinct)]
 Name = Annotated[str | None, Field(max_length=255), AfterValidator(_optional_name)]
 Concurrency = Annotated[int | None, Field(ge=1, le=1000)]
+# Requests per second to the endpoint, across every engine (docs/delivery.md, "Rate limits").
+RateLimit = Annotated[int | None, Field(ge=1, le=10000)]
 
 
 class CreateWebhook(Body):
@@ -129,6 +131,8 @@ class CreateWebhook(Body):
     name: Name = None
     numberIds: NumberIds = None
     maxConcurrency: Concurrency = None
+    rateLimit: RateLimit = None
+    ordering: Ordering = Field(default=Ordering.NONE, strict=False)
 
 
 class UpdateWebhook(Body):
@@ -140,6 +144,9 @@ class UpdateWebhook(Body):
     numberIds: NumberIds = None
     enabled: bool | None = None
     maxConcurrency: Concurrency = None
+    rateLimit: RateLimit = None
+    # null is the default, "none", as a null maxConcurrency is the default limit.
+    ordering: Ordering | None = Field(default=None, strict=False)
 
 
 class Recover(Body):
@@ -147,10 +154,21 @@ class Recover(Body):
     until: AwareDatetime | None = Field(default=None, strict=False)
 
 
+def _ordering_key(value: str) -> str:
+    if any(is_control(char) for char in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+# An event's ordering lane (docs/webhooks.md, "Ordered delivery"): any text, no controls.
+OrderingKey = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_ordering_key)]
+
+
 class PublishEvent(Body):
     type: str = Field(min_length=1, max_length=100)
     numberId: str | None = None
     data: dict[str, Any]
+    orderingKey: OrderingKey | None = None
 
     @field_validator("type")
     @classmethod

@@ -24,6 +24,7 @@ from dispatcher.domain.enums import (
     ConversationStatus,
     DeliveryStatus,
     DisabledReason,
+    Ordering,
 )
 from dispatcher.domain.health import EndpointHealth, StatsWindow
 from dispatcher.domain.outcomes import AttemptOutcome
@@ -46,6 +47,7 @@ __all__ = [
     "DeliverySummary",
     "ErrorBody",
     "ErrorDetail",
+    "Event",
     "EventEnvelope",
     "EventWithDeliveries",
     "Message",
@@ -53,6 +55,7 @@ __all__ = [
     "Page",
     "Recovered",
     "Secret",
+    "StoredEvent",
     "Webhook",
     "WebhookStats",
     "WebhookWithSecret",
@@ -64,7 +67,7 @@ __all__ = [
     "message",
     "recovered",
     "secret",
-    "stored_envelope",
+    "stored_event",
     "webhook",
     "webhook_stats",
     "webhook_with_secret",
@@ -110,6 +113,8 @@ class Webhook(TypedDict):
     numberIds: list[str] | None
     url: str
     maxConcurrency: int
+    rateLimit: int | None
+    ordering: Ordering
 
 
 class WebhookWithSecret(Webhook):
@@ -133,7 +138,19 @@ class DeliverySummary(TypedDict):
     attempts: int
 
 
-class EventWithDeliveries(EventEnvelope):
+class Event(EventEnvelope):
+    """An event of the stream: its envelope as every delivery carries it, and its ordering
+    key (null when it has none), which is not part of the envelope."""
+
+    orderingKey: str | None
+
+
+# An event as the stream lists it: its stored envelope embedded as it is, with its ordering
+# key added at the end (no parse and re-serialise), documented as an Event.
+StoredEvent = Annotated[orjson.Fragment, GetPydanticSchema(lambda _, handler: handler(Event))]
+
+
+class EventWithDeliveries(Event):
     """An event as it was published, with where it went: how many deliveries it has, and the
     first 100 of them (`GET /v1/events/{id}/deliveries` pages through all)."""
 
@@ -261,6 +278,8 @@ def webhook(row: Row, default_concurrency: int) -> Webhook:
         "numberIds": None if row["number_ids"] is None else list(row["number_ids"]),
         "url": row["url"],
         "maxConcurrency": row["max_concurrency"] or default_concurrency,
+        "rateLimit": row["rate_limit"],
+        "ordering": row["ordering"],
     }
 
 
@@ -320,15 +339,20 @@ def webhook_stats(health: EndpointHealth) -> WebhookStats:
     }
 
 
-def stored_envelope(row: Row) -> StoredEnvelope:
-    """An event's envelope as it was stored and sent: embedded as it is, never re-serialised."""
-    return orjson.Fragment(row["payload"])
+def stored_event(row: Row) -> StoredEvent:
+    """An event as the stream lists it: its envelope as it was stored and sent (embedded as
+    it is, never re-serialised; the envelope is a JSON object, so it ends with its `}`), with
+    `orderingKey` added as its last member."""
+    payload: str = row["payload"]
+    key = orjson.dumps(row["ordering_key"]).decode()
+    return orjson.Fragment(f'{payload[:-1]},"orderingKey":{key}}}')
 
 
 def event_with_deliveries(row: Row, deliveries: Sequence[Row], count: int) -> EventWithDeliveries:
     envelope: EventEnvelope = orjson.loads(row["payload"])
     return {
         **envelope,
+        "orderingKey": row["ordering_key"],
         "deliveryCount": count,
         "deliveries": [
             {

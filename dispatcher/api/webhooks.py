@@ -35,7 +35,7 @@ from dispatcher.api.resources import (
     webhook_with_secret,
 )
 from dispatcher.domain import ids
-from dispatcher.domain.enums import DeliveryStatus, Scope
+from dispatcher.domain.enums import DeliveryStatus, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
 from dispatcher.errors import FieldError, NotFound, ValidationFailed
 from dispatcher.store import deliveries, webhooks
@@ -88,6 +88,8 @@ async def create_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
         number_ids=body.numberIds,
         max_concurrency=body.maxConcurrency,
         now=svc.clock.now(),
+        rate_limit=body.rateLimit,
+        ordering=body.ordering,
     )
     return json_response(
         webhook_with_secret(row, svc.settings.max_concurrency_per_webhook, signing_secret),
@@ -128,6 +130,8 @@ async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
     changes: dict[str, Any] = {name: getattr(body, name) for name in present}
     if "name" in changes and not changes["name"]:
         changes["name"] = None  # null or "" clears the name
+    if "ordering" in changes and changes["ordering"] is None:
+        changes["ordering"] = Ordering.NONE  # null returns to the default
     await _check_numbers(svc, key.workspace_id, changes.get("numberIds"))
     row = await webhooks.update(
         svc.db, key.workspace_id, request.match_info["webhook_id"], changes, svc.clock.now()

@@ -41,6 +41,10 @@ from dispatcher.store.database import Connection, Database
 # index scans (a bitmap scan loses the index order; a sequential scan reads everything).
 INDEX_WALKS_ONLY = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"
 
+# How late a claim may come for a limited endpoint's next request and still start it (the
+# bucket's depth beyond one request; schema.sql, webhook_rates).
+RATE_CATCH_UP = "0.03"  # seconds
+
 _SATURATED = """
 WITH saturated AS (
     -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
@@ -52,6 +56,11 @@ WITH saturated AS (
     WHERE l.lease_owner IS NOT NULL
     GROUP BY l.webhook_id, w.max_concurrency
     HAVING count(*) >= coalesce(w.max_concurrency, $4)
+), limited AS (
+    -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
+    -- walk passes their backlog by too, as a saturated one's. Read through the index: only
+    -- the endpoints waiting now.
+    SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
 """
 
 # Two ways to find due rows; the rest of the claim (slots, leases, what it returns) is shared.
@@ -60,10 +69,11 @@ _WALK_HEAD = """
     -- Due rows in due order, walking delivery_queue_due lazily: a claim reads about as many
     -- entries as it takes (plus those of saturated endpoints it passes). Rows another engine
     -- is claiming right now are skipped, not waited for.
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.lane
     FROM delivery_queue q
     WHERE q.due_at <= $1
       AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
+      AND q.webhook_id NOT IN (SELECT webhook_id FROM limited)
     ORDER BY q.due_at
     LIMIT $3
     FOR UPDATE OF q SKIP LOCKED
@@ -74,7 +84,7 @@ _WALK_WINDOW = """
     -- The same walk, within a window of the due index's first $5 entries: when much of the
     -- head of the backlog belongs to saturated endpoints, a claim still reads at most about
     -- twice the window, not the whole backlog.
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.lane
     FROM delivery_queue q
     WHERE q.due_at <= $1
       -- The window's end: the due time of its last entry (NULL: fewer due rows than that).
@@ -83,6 +93,7 @@ _WALK_WINDOW = """
            ORDER BY w.due_at OFFSET $5 - 1 LIMIT 1),
           $1)
       AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
+      AND q.webhook_id NOT IN (SELECT webhook_id FROM limited)
     ORDER BY q.due_at
     LIMIT $3
     FOR UPDATE OF q SKIP LOCKED
@@ -102,9 +113,10 @@ _WALK_ENDPOINTS = """
          WHERE w.id < $6 AND w.deleted_at IS NULL ORDER BY w.id LIMIT $5)
     ) ring
     WHERE id NOT IN (SELECT webhook_id FROM saturated)
+      AND id NOT IN (SELECT webhook_id FROM limited)
     LIMIT $5
 ), due AS (
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.lane
     FROM visited v
     CROSS JOIN LATERAL (
         SELECT delivery_id FROM delivery_queue
@@ -119,18 +131,133 @@ _WALK_ENDPOINTS = """
     FOR UPDATE OF q SKIP LOCKED
 """
 
-_CLAIM_REST = """), busy AS (
+# Ordered delivery (delivery_lanes in schema.sql): what the claim does with the fifo rows it
+# walked (`lane` not NULL; none in the common case, and then these steps read nothing).
+_LANES = """), walked_lanes AS (
+    -- The lanes of the rows walked, as this statement's snapshot knows them.
+    SELECT d.webhook_id, d.lane,
+           EXISTS (SELECT 1 FROM delivery_lanes l
+                   WHERE l.webhook_id = d.webhook_id AND l.lane = d.lane) AS known
+    FROM (SELECT DISTINCT webhook_id, lane FROM due WHERE lane IS NOT NULL) d
+), held_lanes AS (
+    -- Known lanes, locked: their head as it is now. A lane another claim or a record holds
+    -- is left alone (its rows neither taken nor parked by this claim).
+    SELECT l.webhook_id, l.lane, l.head_id
+    FROM walked_lanes k
+    CROSS JOIN LATERAL (
+        SELECT * FROM delivery_lanes l
+        WHERE l.webhook_id = k.webhook_id AND l.lane = k.lane
+        FOR UPDATE SKIP LOCKED
+    ) l
+    WHERE k.known
+), made_lanes AS (
+    -- New lanes, headed by their first member (made by another claim meanwhile: left alone).
+    INSERT INTO delivery_lanes (webhook_id, lane, head_id)
+    SELECT k.webhook_id, k.lane,
+           (SELECT m.delivery_id FROM delivery_queue m
+            WHERE m.webhook_id = k.webhook_id AND m.lane = k.lane
+            ORDER BY m.lane_seq LIMIT 1)
+    FROM walked_lanes k
+    WHERE NOT k.known
+    ORDER BY k.webhook_id, k.lane
+    ON CONFLICT DO NOTHING
+    RETURNING webhook_id, lane, head_id
+), heads AS (
+    -- The head of each lane this claim holds. A head no longer in the queue (given up on a
+    -- disable while in flight) is replaced by the lane's first member.
+    SELECT webhook_id, lane, head_id, false AS named FROM made_lanes
+    UNION ALL
+    SELECT h.webhook_id, h.lane,
+           CASE WHEN h.queued THEN h.head_id
+                ELSE (SELECT m.delivery_id FROM delivery_queue m
+                      WHERE m.webhook_id = h.webhook_id AND m.lane = h.lane
+                      ORDER BY m.lane_seq LIMIT 1)
+           END,
+           NOT h.queued
+    FROM (
+        SELECT held_lanes.*,
+               EXISTS (SELECT 1 FROM delivery_queue s WHERE s.delivery_id = head_id) AS queued
+        FROM held_lanes
+    ) h
+), renamed AS (
+    UPDATE delivery_lanes l
+    SET head_id = heads.head_id
+    FROM heads
+    WHERE heads.named AND heads.head_id IS NOT NULL
+      AND l.webhook_id = heads.webhook_id AND l.lane = heads.lane
+), woken AS (
+    -- A head named so may have been parked: it is due now.
+    UPDATE delivery_queue q
+    SET due_at = $1
+    FROM heads
+    WHERE heads.named AND q.delivery_id = heads.head_id
+      AND q.due_at = 'infinity' AND q.lease_owner IS NULL
+), parked AS (
+    -- The rows walked that are not their lane's head wait out of the due walk until it
+    -- settles (dispatcher_advance_lanes).
+    UPDATE delivery_queue q
+    SET due_at = 'infinity'
+    FROM due
+    JOIN heads ON heads.webhook_id = due.webhook_id AND heads.lane = due.lane
+    WHERE q.delivery_id = due.delivery_id AND due.delivery_id IS DISTINCT FROM heads.head_id
+"""
+
+# Rate limits (webhook_rates in schema.sql): a limited endpoint gets no more rows than its
+# bucket holds. A bucket another engine is taking from right now is skipped: nothing goes to
+# that endpoint from this claim.
+_RATES = (
+    """), buckets AS (
+    SELECT r.webhook_id, r.ready_at, k.rate_limit, clock_timestamp() AS at
+    FROM (SELECT DISTINCT webhook_id, rate_limit FROM ranked WHERE rate_limit IS NOT NULL) k
+    CROSS JOIN LATERAL (
+        SELECT * FROM webhook_rates r WHERE r.webhook_id = k.webhook_id FOR UPDATE SKIP LOCKED
+    ) r
+), granted AS (
+    SELECT ranked.*,
+           CASE WHEN ranked.rate_limit IS NULL THEN ranked.free
+                ELSE least(ranked.free, coalesce(tokens.n, 0)) END AS allowed
+    FROM ranked
+    LEFT JOIN (
+        -- min(B, 1 + R (t - ready_at)), whole ones; B = 1 + R x the catch-up.
+        SELECT webhook_id,
+               floor(greatest(0, least(1 + rate_limit * """
+    + RATE_CATCH_UP
+    + """,
+                                       1 + rate_limit * (extract(epoch FROM at)
+                                                         - extract(epoch FROM ready_at)))))
+                   AS n
+        FROM buckets
+    ) tokens ON tokens.webhook_id = ranked.webhook_id
+), taken AS (
+    UPDATE webhook_rates r
+    SET ready_at = greatest(b.ready_at, b.at - make_interval(secs => """
+    + RATE_CATCH_UP
+    + """))
+                   + make_interval(secs => g.n::float8 / b.rate_limit)
+    FROM buckets b
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM granted
+        WHERE granted.webhook_id = b.webhook_id AND stopped IS NULL AND rank <= allowed
+    ) g
+    WHERE r.webhook_id = b.webhook_id AND g.n > 0
+"""
+)
+
+_CLAIM_REST = (
+    """), busy AS (
     -- Requests in flight now for the endpoints just walked.
     SELECT l.webhook_id, count(*) AS n
     FROM delivery_queue l
     WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
     GROUP BY l.webhook_id
-), ranked AS (
+"""
+    + _LANES
+    + """), ranked AS (
     -- Per endpoint, only as many rows as it has free slots. A row whose webhook was disabled
     -- or deleted gets `stopped` (why it is given up): such rows come up only when a lease
     -- taken before the disable was handed back unrecorded (its engine died), since disabling
-    -- settles every row not in flight at once.
-    SELECT due.delivery_id, due.due_at,
+    -- settles every row not in flight at once. A lane's row is a candidate only as its head.
+    SELECT due.delivery_id, due.webhook_id, due.due_at, w.rate_limit,
            row_number() OVER (PARTITION BY due.webhook_id
                               ORDER BY due.due_at, due.delivery_id) AS rank,
            coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
@@ -140,7 +267,11 @@ _CLAIM_REST = """), busy AS (
     FROM due
     JOIN webhooks w ON w.id = due.webhook_id
     LEFT JOIN busy ON busy.webhook_id = due.webhook_id
-), given_up AS (
+    LEFT JOIN heads ON heads.webhook_id = due.webhook_id AND heads.lane = due.lane
+    WHERE due.lane IS NULL OR due.delivery_id = heads.head_id
+"""
+    + _RATES
+    + """), given_up AS (
     DELETE FROM delivery_queue q
     USING ranked
     WHERE q.delivery_id = ranked.delivery_id AND ranked.stopped IS NOT NULL
@@ -153,18 +284,19 @@ _CLAIM_REST = """), busy AS (
 )
 UPDATE delivery_queue q
 SET lease_owner = $2, due_at = 'infinity'
-FROM ranked, webhooks w, events e
-WHERE q.delivery_id = ranked.delivery_id
-  AND ranked.stopped IS NULL
-  AND ranked.rank <= ranked.free
+FROM granted, webhooks w, events e
+WHERE q.delivery_id = granted.delivery_id
+  AND granted.stopped IS NULL
+  AND granted.rank <= granted.allowed
   AND w.id = q.webhook_id
   AND e.id = q.event_id
   AND e.created_at = q.created_at
-RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
+RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, granted.due_at,
           e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
           w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
-          q.event_id, e.trace_context
+          q.event_id, e.trace_context, q.lane IS NOT NULL AS in_lane
 """
+)
 
 
 CLAIM = _SATURATED.rstrip() + _WALK_HEAD + _CLAIM_REST
@@ -268,6 +400,7 @@ class Claimed(NamedTuple):
     max_concurrency: int
     event_id: str
     trace_context: str | None  # the publishing span's W3C traceparent (dispatcher.tracing)
+    in_lane: bool = False  # the head of an ordering lane: its settling moves the lane on
 
 
 class Result(NamedTuple):
@@ -284,6 +417,7 @@ class Result(NamedTuple):
     started_at: datetime  # for the attempt log
     outcome: AttemptOutcome
     response_body: str | None  # the answer's first bytes (DISPATCHER_RESPONSE_EXCERPT_BYTES)
+    in_lane: bool = False  # the claim's `in_lane`
 
 
 # How far the head walk may read, per row asked, and how many endpoints a short claim visits.
@@ -350,6 +484,7 @@ async def claim(
                 max_concurrency=row["max_concurrency"],
                 event_id=row["event_id"],
                 trace_context=row["trace_context"],
+                in_lane=row["in_lane"],
             )
         )
     return claimed
@@ -381,6 +516,7 @@ async def record(
         await conn.execute(INDEX_WALKS_ONLY)
         rows = await conn.fetch(RECORD, *columns[:8], owner, *columns[8:])
         failed = {row["id"] for row in rows if row["status"] == DeliveryStatus.FAILED}
+        pending = {row["id"] for row in rows if row["status"] == DeliveryStatus.PENDING}
         written = {row["id"]: row for row in rows}
         applied = [r for r in results if r.id in written]
         # Endpoint health: the attempts written and the deliveries they settled.
@@ -392,6 +528,10 @@ async def record(
         await stats.record_batch(conn, applied, settled, owner)
         await _update_failure_clocks(conn, applied)
         disabled = await _disable_endpoints(conn, applied, now, timedelta(seconds=disable_after))
+        # Last (lane rows are locked after every other row a record takes): the lanes whose
+        # head this batch settled move on to their next delivery.
+        settled_heads = [r.id for r in applied if r.in_lane and r.id not in pending]
+        await _advance_lanes(conn, settled_heads, now)
     given_up = [
         (r, r.decision.why if type(r.decision) is GivenUp else GiveUpReason.DISABLED)
         for r in applied
@@ -455,6 +595,16 @@ def _record_columns(results: Sequence[Result]) -> _RecordColumns:
         kinds,
         bodies,
     )
+
+
+ADVANCE_LANES = "SELECT dispatcher_advance_lanes($1::text[], $2)"
+
+
+async def _advance_lanes(conn: Connection, settled_heads: Sequence[str], now: datetime) -> None:
+    """Give the lanes these settled heads led their next head, due now (schema.sql,
+    dispatcher_advance_lanes): one statement, and none when the batch settled no lane's head."""
+    if settled_heads:
+        await conn.execute(ADVANCE_LANES, list(settled_heads), now)
 
 
 async def _update_failure_clocks(conn: Connection, applied: Sequence[Result]) -> None:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dispatcher.domain import ids
-from dispatcher.domain.enums import DisabledReason
+from dispatcher.domain.enums import DisabledReason, Ordering
 from dispatcher.domain.signing import new_secret
 from dispatcher.errors import NotFound
 from dispatcher.store.database import Connection, Database, Record
@@ -29,10 +29,14 @@ class SQL(Queries, file="webhooks.sql"):
     delete: str
     secret: str
     rotate_secret: str
+    add_bucket: str
+    drop_bucket: str
+    join_lanes: str
+    leave_lanes: str
 
 
 # The fields of a change that `update` writes, in the order of its parameters.
-UPDATE_FIELDS = ("url", "events", "name", "numberIds", "maxConcurrency")
+UPDATE_FIELDS = ("url", "events", "name", "numberIds", "maxConcurrency", "rateLimit", "ordering")
 DISABLED_ERROR = "webhook disabled"
 DELETED_ERROR = "webhook deleted"
 
@@ -47,6 +51,8 @@ async def create(
     number_ids: Sequence[str] | None,
     max_concurrency: int | None,
     now: datetime,
+    rate_limit: int | None = None,
+    ordering: Ordering = Ordering.NONE,
 ) -> tuple[Record, str]:
     """A new live subscription; returns it and its signing secret."""
     secret = new_secret()
@@ -62,6 +68,8 @@ async def create(
             secret,
             max_concurrency,
             now,
+            rate_limit,
+            ordering,
         )
     assert row is not None
     return row, secret
@@ -128,7 +136,8 @@ async def update(
     db: Database, workspace_id: str, webhook_id: str, changes: dict[str, Any], now: datetime
 ) -> Record | None:
     """Apply a PATCH: only the keys present in `changes` change; `enabled` moves between
-    live and disabled (manual)."""
+    live and disabled (manual). A rate limit set gets its bucket, one cleared loses it; a
+    change of `ordering` moves the queued deliveries into their lanes or out of them."""
     async with db.transaction() as conn:
         current = await conn.fetchrow(SQL.lock_webhook, workspace_id, webhook_id)
         if current is None:
@@ -137,6 +146,15 @@ async def update(
             # Each field as (whether it changes, its new value), as `update` takes them.
             flagged = [v for field in UPDATE_FIELDS for v in (field in changes, changes.get(field))]
             await conn.execute(SQL.update, webhook_id, *flagged)
+        if "rateLimit" in changes:
+            bucket = SQL.drop_bucket if changes["rateLimit"] is None else SQL.add_bucket
+            await conn.execute(bucket, webhook_id)
+        ordering = changes.get("ordering", current["ordering"])
+        if ordering != current["ordering"]:
+            if ordering == Ordering.FIFO:
+                await conn.execute(SQL.join_lanes, webhook_id)
+            else:
+                await conn.execute(SQL.leave_lanes, webhook_id, now)
         enabled = changes.get("enabled")
         if enabled is False and current["disabled_at"] is None:
             await disable(conn, [webhook_id], DisabledReason.MANUAL, now)
