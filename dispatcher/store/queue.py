@@ -41,10 +41,6 @@ from dispatcher.store.database import Connection, Database
 # index scans (a bitmap scan loses the index order; a sequential scan reads everything).
 INDEX_WALKS_ONLY = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"
 
-# How late a claim may come for a limited endpoint's next request and still start it (the
-# bucket's depth beyond one request; schema.sql, webhook_rates).
-RATE_CATCH_UP = "0.03"  # seconds
-
 _SATURATED = """
 WITH saturated AS (
     -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
@@ -186,12 +182,13 @@ _LANES = """), walked_lanes AS (
     WHERE heads.named AND heads.head_id IS NOT NULL
       AND l.webhook_id = heads.webhook_id AND l.lane = heads.lane
 ), woken AS (
-    -- A head named so may have been parked: it is due now.
+    -- A head named so may have been parked: it is due now. (Parked: `due_at` infinite, read
+    -- off the row found by its id; as an index condition it would walk every parked row.)
     UPDATE delivery_queue q
     SET due_at = $1
     FROM heads
     WHERE heads.named AND q.delivery_id = heads.head_id
-      AND q.due_at = 'infinity' AND q.lease_owner IS NULL
+      AND NOT isfinite(q.due_at) AND q.lease_owner IS NULL
 ), parked AS (
     -- The rows walked that are not their lane's head wait out of the due walk until it
     -- settles (dispatcher_advance_lanes).
@@ -202,57 +199,15 @@ _LANES = """), walked_lanes AS (
     WHERE q.delivery_id = due.delivery_id AND due.delivery_id IS DISTINCT FROM heads.head_id
 """
 
-# Rate limits (webhook_rates in schema.sql): a limited endpoint gets no more rows than its
-# bucket holds. A bucket another engine is taking from right now is skipped: nothing goes to
-# that endpoint from this claim.
-_RATES = (
-    """), buckets AS (
-    SELECT r.webhook_id, r.ready_at, k.rate_limit, clock_timestamp() AS at
-    FROM (SELECT DISTINCT webhook_id, rate_limit FROM ranked WHERE rate_limit IS NOT NULL) k
-    CROSS JOIN LATERAL (
-        SELECT * FROM webhook_rates r WHERE r.webhook_id = k.webhook_id FOR UPDATE SKIP LOCKED
-    ) r
-), granted AS (
-    SELECT ranked.*,
-           CASE WHEN ranked.rate_limit IS NULL THEN ranked.free
-                ELSE least(ranked.free, coalesce(tokens.n, 0)) END AS allowed
-    FROM ranked
-    LEFT JOIN (
-        -- min(B, 1 + R (t - ready_at)), whole ones; B = 1 + R x the catch-up.
-        SELECT webhook_id,
-               floor(greatest(0, least(1 + rate_limit * """
-    + RATE_CATCH_UP
-    + """,
-                                       1 + rate_limit * (extract(epoch FROM at)
-                                                         - extract(epoch FROM ready_at)))))
-                   AS n
-        FROM buckets
-    ) tokens ON tokens.webhook_id = ranked.webhook_id
-), taken AS (
-    UPDATE webhook_rates r
-    SET ready_at = greatest(b.ready_at, b.at - make_interval(secs => """
-    + RATE_CATCH_UP
-    + """))
-                   + make_interval(secs => g.n::float8 / b.rate_limit)
-    FROM buckets b
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS n FROM granted
-        WHERE granted.webhook_id = b.webhook_id AND stopped IS NULL AND rank <= allowed
-    ) g
-    WHERE r.webhook_id = b.webhook_id AND g.n > 0
-"""
-)
-
-_CLAIM_REST = (
-    """), busy AS (
+_BUSY = """), busy AS (
     -- Requests in flight now for the endpoints just walked.
     SELECT l.webhook_id, count(*) AS n
     FROM delivery_queue l
     WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
     GROUP BY l.webhook_id
 """
-    + _LANES
-    + """), ranked AS (
+
+_RANKED = """), ranked AS (
     -- Per endpoint, only as many rows as it has free slots. A row whose webhook was disabled
     -- or deleted gets `stopped` (why it is given up): such rows come up only when a lease
     -- taken before the disable was handed back unrecorded (its engine died), since disabling
@@ -267,11 +222,45 @@ _CLAIM_REST = (
     FROM due
     JOIN webhooks w ON w.id = due.webhook_id
     LEFT JOIN busy ON busy.webhook_id = due.webhook_id
-    LEFT JOIN heads ON heads.webhook_id = due.webhook_id AND heads.lane = due.lane
-    WHERE due.lane IS NULL OR due.delivery_id = heads.head_id
+    WHERE due.lane IS NULL OR due.delivery_id IN (SELECT head_id FROM heads)
 """
-    + _RATES
-    + """), given_up AS (
+
+# Rate limits (webhook_rates in schema.sql): a limited endpoint gets no more rows than its
+# bucket holds. A bucket another engine is taking from right now is skipped: nothing goes to
+# that endpoint from this claim. 0.03: the bucket's catch-up, in seconds (how late a claim may
+# come for an endpoint's next request and still start it; B = 1 + R x 0.03).
+_RATES = """), buckets AS (
+    -- `tokens`: what the bucket holds now, min(B, 1 + R (t - ready_at)), whole ones.
+    SELECT b.*,
+           floor(greatest(0, least(1 + b.rate_limit * 0.03,
+                                   1 + b.rate_limit * (extract(epoch FROM b.at)
+                                                       - extract(epoch FROM b.ready_at)))))
+               AS tokens
+    FROM (
+        SELECT r.webhook_id, r.ready_at, k.rate_limit, clock_timestamp() AS at
+        FROM (SELECT DISTINCT webhook_id, rate_limit FROM ranked
+              WHERE rate_limit IS NOT NULL) k
+        CROSS JOIN LATERAL (
+            SELECT * FROM webhook_rates r
+            WHERE r.webhook_id = k.webhook_id
+            FOR UPDATE SKIP LOCKED
+        ) r
+    ) b
+), taken AS (
+    -- What this claim takes from each bucket (as the lease below counts it).
+    UPDATE webhook_rates r
+    SET ready_at = greatest(b.ready_at, b.at - interval '0.03 seconds')
+                   + make_interval(secs => g.n::float8 / b.rate_limit)
+    FROM buckets b
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM ranked
+        WHERE ranked.webhook_id = b.webhook_id AND ranked.stopped IS NULL
+          AND ranked.rank <= least(ranked.free, b.tokens)
+    ) g
+    WHERE r.webhook_id = b.webhook_id AND g.n > 0
+"""
+
+_LEASE = """), given_up AS (
     DELETE FROM delivery_queue q
     USING ranked
     WHERE q.delivery_id = ranked.delivery_id AND ranked.stopped IS NOT NULL
@@ -284,19 +273,22 @@ _CLAIM_REST = (
 )
 UPDATE delivery_queue q
 SET lease_owner = $2, due_at = 'infinity'
-FROM granted, webhooks w, events e
-WHERE q.delivery_id = granted.delivery_id
-  AND granted.stopped IS NULL
-  AND granted.rank <= granted.allowed
+FROM ranked LEFT JOIN buckets ON buckets.webhook_id = ranked.webhook_id, webhooks w, events e
+WHERE q.delivery_id = ranked.delivery_id
+  AND ranked.stopped IS NULL
+  AND ranked.rank <= CASE WHEN ranked.rate_limit IS NULL THEN ranked.free
+                          ELSE least(ranked.free, coalesce(buckets.tokens, 0)) END
   AND w.id = q.webhook_id
   AND e.id = q.event_id
   AND e.created_at = q.created_at
-RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, granted.due_at,
+RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
           e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
           w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
           q.event_id, e.trace_context, q.lane IS NOT NULL AS in_lane
 """
-)
+
+# The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns.
+_CLAIM_REST = _BUSY + _LANES + _RANKED + _RATES + _LEASE
 
 
 CLAIM = _SATURATED.rstrip() + _WALK_HEAD + _CLAIM_REST

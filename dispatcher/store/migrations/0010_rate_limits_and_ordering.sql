@@ -13,7 +13,8 @@
 -- Nothing is dropped: an outbox publish held up by this migration commits afterwards. The
 -- previous release keeps running on the new schema: it never names the new columns (its
 -- fan-out makes deliveries outside lanes, as a 'none' subscription's), and every subscription
--- is 'none' without a rate limit until one is set through this release's API.
+-- is 'none' without a rate limit until one is set through this release's API. Only this
+-- release's engines keep a rate limit or a lane: set them once every engine runs it.
 --
 -- Locks: ACCESS EXCLUSIVE on `webhooks` (its new CHECK constraints read it once: a table of
 -- subscriptions, milliseconds) and on `delivery_queue` (nullable columns rewrite nothing; the
@@ -39,7 +40,7 @@ CREATE INDEX delivery_lanes_head ON delivery_lanes (head_id);
 -- NULL, for any lane whose head is gone whatever the way (a give-up on disable or delete):
 -- then lanes a claim or a record holds are left for the next run. The next head is the
 -- lane's first member (lowest lane_seq), due at p_now if it was parked; a lane with no member
--- left goes. Returns how many lanes moved on or went.
+-- left goes. Returns how many lanes got a new head.
 --
 -- The lanes are locked first (in key order), and only then are their members read, by a
 -- statement of its own: it sees every member committed until then, among them any that a
@@ -85,7 +86,7 @@ BEGIN
         UPDATE delivery_queue q
         SET due_at = p_now
         FROM lanes
-        WHERE q.delivery_id = lanes.next_id AND q.due_at = 'infinity' AND q.lease_owner IS NULL
+        WHERE q.delivery_id = lanes.next_id AND NOT isfinite(q.due_at) AND q.lease_owner IS NULL
     )
     UPDATE delivery_lanes l
     SET head_id = lanes.next_id
