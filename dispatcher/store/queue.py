@@ -11,6 +11,12 @@ written once per attempt, by the recorder, in the same statement.
 
 What a result means (delivered, retried when, given up, the endpoint's failure clock and its
 disabling) is decided in `dispatcher.domain.outcomes`; `record` only executes the decisions.
+
+Two per-endpoint controls live in the claim too (docs/delivery.md): a rate limit, a token
+bucket per endpoint (`webhook_rates`) that the claim takes from under its row lock; and
+ordered delivery, where only the head of each ordering lane (`delivery_lanes`) is claimed, the
+other members of the lane are parked out of the due walk, and the record that settles a head
+moves its lane on. Both read nothing for endpoints that have neither.
 """
 
 from __future__ import annotations
@@ -160,7 +166,7 @@ _LANES = """), walked_lanes AS (
     RETURNING webhook_id, lane, head_id
 ), heads AS (
     -- The head of each lane this claim holds. A head no longer in the queue (given up on a
-    -- disable while in flight) is replaced by the lane's first member.
+    -- disable or a delete) is replaced by the lane's first member.
     SELECT webhook_id, lane, head_id, false AS named FROM made_lanes
     UNION ALL
     SELECT h.webhook_id, h.lane,

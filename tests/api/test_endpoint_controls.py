@@ -76,9 +76,7 @@ async def test_bad_values_are_refused_naming_the_field(
     assert [e["path"] for e in error["errors"]] == [f"body.{field}"]
     assert (await get_json(client, ws, "/v1/webhooks"))["data"] == []
     hook = await (await create(client, ws, rateLimit=7, ordering="fifo")).json()
-    resp = await client.patch(
-        f"/v1/webhooks/{hook['id']}", json={field: value}, headers=ws.headers
-    )
+    resp = await client.patch(f"/v1/webhooks/{hook['id']}", json={field: value}, headers=ws.headers)
     assert resp.status == 400
     assert [e["path"] for e in (await resp.json())["errors"]] == [f"body.{field}"]
     got = await get_json(client, ws, f"/v1/webhooks/{hook['id']}")
@@ -134,7 +132,7 @@ async def test_the_outbox_function_takes_an_ordering_key(
             with pytest.raises(asyncpg.InvalidParameterValueError, match="ordering key"):
                 await conn.fetchval(
                     "SELECT dispatcher_publish_event($1, 'contact.updated', "
-                    f"'{{\"id\": \"CT4\"}}', NULL, {bad})",
+                    f'\'{{"id": "CT4"}}\', NULL, {bad})',
                     ws.id,
                 )
         # Each call matches one signature only: three or four arguments the old, five the new.

@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestClient
 from dispatcher.domain.clock import FakeClock
 from dispatcher.engine.worker import Engine
 from dispatcher.settings import Settings
+from dispatcher.store import maintenance
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import deliveries, get_json, subscribe
@@ -261,3 +262,40 @@ async def test_the_event_shows_its_ordering_key(
         (plain["id"], None),
         (keyed["id"], "order-42 ✓"),
     ]
+
+
+async def test_a_lane_whose_head_was_given_up_on_disable_moves_on(
+    client: TestClient[Any, Any], ws: Workspace, receiver: Receiver, engines: Engines,
+    db: Database, clock: FakeClock,
+) -> None:  # fmt: skip
+    receiver.behaviours[PATH] = by_data_id({"E1": [500]})
+    hook = await subscribe(client, ws, receiver.url(PATH), ordering="fifo")
+    for name in ("E1", "E2"):
+        await publish(client, ws, name, key="CV1")
+    running = await engines(1)
+
+    async def retrying() -> bool:
+        return bool((await delivery_of(client, ws, hook["id"], "E1"))["attempts"] == 1)
+
+    await poke_until(running, retrying, "the head failed once")
+    # Disabled while its head waits for a retry: the whole lane is given up, the lane's row
+    # is left naming a head that is gone.
+    for enabled in (False, True):
+        resp = await client.patch(
+            f"/v1/webhooks/{hook['id']}", json={"enabled": enabled}, headers=ws.headers
+        )
+        assert resp.status == 200
+    async with db.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM delivery_lanes") == 1
+    # A new event of the lane: the first claim that meets it names it the head.
+    await publish(client, ws, "E3", key="CV1")
+    await poke_until(running, lambda: "E3" in event_ids(receiver), "E3 sent")
+    assert event_ids(receiver) == ["E1", "E3"]
+    # And the maintenance loop tidies a lane whose head is gone with nobody behind it.
+    async with db.acquire() as conn:
+        await conn.execute("DELETE FROM delivery_queue")
+        await conn.execute("INSERT INTO delivery_lanes VALUES ($1, 'gone', 'WDgone')", hook["id"])
+    report = await maintenance.run_maintenance(db, clock.now(), retention_days=30)
+    assert report.ran
+    async with db.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM delivery_lanes") == 0
