@@ -364,7 +364,7 @@ $$;
 -- when the endpoint has a request to start; at time t it has min(B, 1 + R (t - ready_at))
 -- (whole ones), where B = 1 + R x 0.03 s: a claim that comes up to 30 ms late still starts
 -- what was due, and any 1-second window holds at most about R x 1.03 + 1 requests, within the
--- promised ceil(1.1 R) with 60 ms to spare for the time between the claim and the request.
+-- promised ceil(1.1 R) with about 70 ms to spare for the time between claim and request.
 -- Taking n moves it to max(ready_at, t - 0.03 s) + n / R. A claim takes from a bucket under
 -- its row lock (database time, one clock for every replica); an endpoint whose `ready_at` is
 -- ahead is left out of the claim's walk, like a saturated one.
