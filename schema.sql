@@ -201,7 +201,13 @@ CREATE TABLE IF NOT EXISTS webhooks (
     -- (`data @> payload_filter`, in dispatcher_add_deliveries). NULL: every event; `{}` is
     -- stored as NULL. (Last: schema 12 added it.)
     payload_filter              jsonb
-        CHECK (jsonb_typeof(payload_filter) = 'object' AND payload_filter <> '{}')
+        CHECK (jsonb_typeof(payload_filter) = 'object' AND payload_filter <> '{}'),
+    -- Requests per second to this endpoint, across every engine (webhook_rates); NULL: none.
+    -- (Last: schema 13 added it and `ordering`.)
+    rate_limit                  integer CHECK (rate_limit BETWEEN 1 AND 10000),
+    -- 'fifo': the deliveries of one ordering lane are attempted one at a time, in order
+    -- (delivery_lanes).
+    ordering                    text NOT NULL DEFAULT 'none' CHECK (ordering IN ('none', 'fifo'))
 );
 CREATE INDEX IF NOT EXISTS webhooks_page
     ON webhooks (workspace_id, created_at DESC, id DESC) WHERE deleted_at IS NULL;
@@ -286,7 +292,13 @@ CREATE TABLE IF NOT EXISTS delivery_queue (
     -- that attempt keeps no response excerpt and schedules no retry, and a claim of the row
     -- (its lease handed back unrecorded) gives it up instead of sending it. Rows not leased
     -- then are given up at once, so only leased ones ever carry it.
-    expunged     boolean NOT NULL DEFAULT false
+    expunged     boolean NOT NULL DEFAULT false,
+    -- The ordering lane of a fifo subscription's delivery (its event's ordering key, '' for
+    -- events without one), and its place in the lane (delivery_lane_seq: later is behind);
+    -- both NULL outside lanes (other subscriptions, test deliveries). See delivery_lanes.
+    -- (Last: schema 13 added them.)
+    lane         text,
+    lane_seq     bigint
 ) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.01,
         autovacuum_analyze_scale_factor = 0.01);
 -- The claim walks this in due order (claimed rows sit at 'infinity', past every due one).
@@ -296,6 +308,105 @@ CREATE INDEX IF NOT EXISTS delivery_queue_leased ON delivery_queue (webhook_id, 
     WHERE lease_owner IS NOT NULL;
 -- Pending work of one endpoint, in due order (the claim's visits; disable, delete).
 CREATE INDEX IF NOT EXISTS delivery_queue_webhook ON delivery_queue (webhook_id, due_at);
+-- The members of each ordering lane, in lane order (the next one when a head settles).
+CREATE INDEX IF NOT EXISTS delivery_queue_lane ON delivery_queue (webhook_id, lane, lane_seq)
+    WHERE lane IS NOT NULL;
+CREATE SEQUENCE IF NOT EXISTS delivery_lane_seq;
+
+-- Ordered delivery (a subscription's `ordering` 'fifo'; docs/delivery.md, "Ordered
+-- delivery"): one row per ordering lane with deliveries in the queue, naming its head, the one
+-- member that may be attempted (until it settles: delivered or given up). The other members
+-- wait "parked" (`due_at` 'infinity', no lease), out of the due walk; when the head settles,
+-- the recorder makes the next member (lowest `lane_seq`) the head, due at once
+-- (dispatcher_advance_lanes). A claim decides a lane only while it holds its row: it takes
+-- the head, parks the members it walked that are not the head, and names a head for a lane
+-- that has none (a new lane: its first member). New deliveries join a lane unparked; the
+-- first claim that walks one parks it unless it is the head. So every decision about a lane is
+-- made by one transaction at a time, with the lane as it is now.
+CREATE TABLE IF NOT EXISTS delivery_lanes (
+    webhook_id  text NOT NULL,
+    lane        text NOT NULL,
+    head_id     text NOT NULL,
+    PRIMARY KEY (webhook_id, lane)
+);
+CREATE INDEX IF NOT EXISTS delivery_lanes_head ON delivery_lanes (head_id);
+
+-- Lanes whose head has left the queue get their next head: the recorder calls this with the
+-- deliveries its record settled (p_heads), in the same transaction; the maintenance loop with
+-- NULL, for any lane whose head is gone whatever the way (a give-up on disable or delete):
+-- then lanes a claim or a record holds are left for the next run. The next head is the
+-- lane's first member (lowest lane_seq), due at p_now if it was parked; a lane with no member
+-- left goes. Returns how many lanes got a new head.
+--
+-- The lanes are locked first (in key order), and only then are their members read, by a
+-- statement of its own: it sees every member committed until then, among them any that a
+-- claim parked while it held the lane.
+CREATE OR REPLACE FUNCTION dispatcher_advance_lanes(p_heads text[], p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    locked text[];
+    moved integer;
+BEGIN
+    IF p_heads IS NOT NULL THEN
+        SELECT array_agg(l.head_id) INTO locked FROM (
+            SELECT head_id FROM delivery_lanes WHERE head_id = ANY (p_heads)
+            ORDER BY webhook_id, lane FOR UPDATE
+        ) l;
+    ELSE
+        SELECT array_agg(l.head_id) INTO locked FROM (
+            SELECT head_id FROM delivery_lanes
+            WHERE NOT EXISTS (SELECT 1 FROM delivery_queue q WHERE q.delivery_id = head_id)
+            ORDER BY webhook_id, lane FOR UPDATE SKIP LOCKED
+        ) l;
+    END IF;
+    IF locked IS NULL THEN
+        RETURN 0;
+    END IF;
+    WITH lanes AS (
+        SELECT l.webhook_id, l.lane, next.delivery_id AS next_id
+        FROM delivery_lanes l
+        LEFT JOIN LATERAL (
+            SELECT q.delivery_id FROM delivery_queue q
+            WHERE q.webhook_id = l.webhook_id AND q.lane = l.lane
+            ORDER BY q.lane_seq
+            LIMIT 1
+        ) next ON true
+        WHERE l.head_id = ANY (locked)
+          AND NOT EXISTS (SELECT 1 FROM delivery_queue h WHERE h.delivery_id = l.head_id)
+    ), gone AS (
+        DELETE FROM delivery_lanes l
+        USING lanes
+        WHERE l.webhook_id = lanes.webhook_id AND l.lane = lanes.lane AND lanes.next_id IS NULL
+    ), promoted AS (
+        UPDATE delivery_queue q
+        SET due_at = p_now
+        FROM lanes
+        WHERE q.delivery_id = lanes.next_id AND NOT isfinite(q.due_at) AND q.lease_owner IS NULL
+    )
+    UPDATE delivery_lanes l
+    SET head_id = lanes.next_id
+    FROM lanes
+    WHERE l.webhook_id = lanes.webhook_id AND l.lane = lanes.lane AND lanes.next_id IS NOT NULL;
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    RETURN moved;
+END
+$$;
+
+-- Rate limits (a subscription's `rateLimit`, R requests per second; docs/delivery.md, "Rate
+-- limits"): one row per limited endpoint, a token bucket shared by every engine. `ready_at` is
+-- when the endpoint has a request to start; at time t it has min(B, 1 + R (t - ready_at))
+-- (whole ones), where B = 1 + R x 0.03 s: a claim that comes up to 30 ms late still starts
+-- what was due, and any 1-second window holds at most about R x 1.03 + 1 requests, within the
+-- promised ceil(1.1 R) with about 70 ms to spare for the time between claim and request.
+-- Taking n moves it to max(ready_at, t - 0.03 s) + n / R. A claim takes from a bucket under
+-- its row lock (database time, one clock for every replica); an endpoint whose `ready_at` is
+-- ahead is left out of the claim's walk, like a saturated one.
+CREATE TABLE IF NOT EXISTS webhook_rates (
+    webhook_id  text PRIMARY KEY,
+    ready_at    timestamptz NOT NULL DEFAULT '-infinity'
+);
+CREATE INDEX IF NOT EXISTS webhook_rates_ready ON webhook_rates (ready_at);
 
 -- Live engines. Each beats every second (database time); an engine silent for
 -- DISPATCHER_HEARTBEAT_TIMEOUT seconds is dead: the next beat of any live engine removes it
@@ -496,6 +607,10 @@ $$;
 -- p_excluded_webhook_id: a subscriber left out (an operational event never goes to the
 -- subscription it is about; NULL: none). Every argument is required: the shorter signature
 -- below, with defaults, is what earlier releases call.
+--
+-- A fifo subscription's delivery (not a test's) joins its ordering lane, the event's ordering
+-- key ('' without one), at the lane's end: unparked, for the first claim that walks it to
+-- decide (delivery_lanes). The key is read from the event only when such a subscriber exists.
 CREATE OR REPLACE FUNCTION dispatcher_add_deliveries(
     p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text,
     p_number_id text, p_webhook_ids text[], p_due_at timestamptz, p_trigger text,
@@ -505,41 +620,50 @@ LANGUAGE plpgsql AS $$
 DECLARE
     fanned integer;
 BEGIN
-    WITH made AS (
+    WITH hook (id, fifo) AS (
+        -- The subscribers: a one-time filter on p_webhook_ids leaves this branch out whole
+        -- when webhooks are named.
+        SELECT w.id, w.ordering = 'fifo'
+        FROM webhooks w
+        WHERE p_webhook_ids IS NULL
+          AND w.workspace_id = p_workspace_id
+          AND w.deleted_at IS NULL
+          AND w.disabled_at IS NULL
+          AND p_type = ANY (w.events)
+          AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
+          AND w.id IS DISTINCT FROM p_excluded_webhook_id
+          -- The payload filter. The event's data is read back from its row (written before
+          -- this call, in this transaction) by an uncorrelated subquery: parsed once per
+          -- call, and only when a subscriber has a filter.
+          AND (w.payload_filter IS NULL
+               OR (SELECT e.payload::jsonb -> 'data' FROM events e
+                   WHERE e.id = p_event_id AND e.created_at = p_created_at)
+                  @> w.payload_filter)
+        UNION ALL
+        SELECT DISTINCT named.id, coalesce(w.ordering = 'fifo', false)
+        FROM unnest(p_webhook_ids) AS named (id)
+        LEFT JOIN webhooks w ON w.id = named.id
+    ), made AS (
         INSERT INTO deliveries
             (id, workspace_id, webhook_id, event_id, event_type, created_at, next_attempt_at)
         SELECT dispatcher_new_id('WD'), p_workspace_id, hook.id, p_event_id, p_type,
                p_created_at, coalesce(p_due_at, p_created_at)
-        FROM (
-            -- The subscribers: a one-time filter on p_webhook_ids leaves this branch out
-            -- whole when webhooks are named.
-            SELECT w.id
-            FROM webhooks w
-            WHERE p_webhook_ids IS NULL
-              AND w.workspace_id = p_workspace_id
-              AND w.deleted_at IS NULL
-              AND w.disabled_at IS NULL
-              AND p_type = ANY (w.events)
-              AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
-              AND w.id IS DISTINCT FROM p_excluded_webhook_id
-              -- The payload filter. The event's data is read back from its row (written
-              -- before this call, in this transaction) by an uncorrelated subquery: parsed
-              -- once per call, and only when a subscriber has a filter.
-              AND (w.payload_filter IS NULL
-                   OR (SELECT e.payload::jsonb -> 'data' FROM events e
-                       WHERE e.id = p_event_id AND e.created_at = p_created_at)
-                      @> w.payload_filter)
-            UNION ALL
-            SELECT unnest(p_webhook_ids)
-        ) AS hook (id)
+        FROM hook
         ON CONFLICT (webhook_id, event_id, created_at) DO NOTHING
         RETURNING id, created_at, webhook_id, event_id, next_attempt_at
     )
     INSERT INTO delivery_queue
-        (delivery_id, created_at, webhook_id, event_id, is_test, due_at, trigger)
-    SELECT id, created_at, webhook_id, event_id, p_type = 'webhook.test', next_attempt_at,
-           coalesce(p_trigger, CASE WHEN p_type = 'webhook.test' THEN 'test' ELSE 'schedule' END)
-    FROM made;
+        (delivery_id, created_at, webhook_id, event_id, is_test, due_at, trigger, lane, lane_seq)
+    SELECT made.id, made.created_at, made.webhook_id, made.event_id, p_type = 'webhook.test',
+           made.next_attempt_at,
+           coalesce(p_trigger, CASE WHEN p_type = 'webhook.test' THEN 'test' ELSE 'schedule' END),
+           CASE WHEN hook.fifo AND p_type <> 'webhook.test' THEN
+               coalesce((SELECT e.ordering_key FROM events e
+                         WHERE e.id = p_event_id AND e.created_at = p_created_at), '')
+           END,
+           CASE WHEN hook.fifo AND p_type <> 'webhook.test' THEN nextval('delivery_lane_seq') END
+    FROM made
+    JOIN hook ON hook.id = made.webhook_id;
     GET DIAGNOSTICS fanned = ROW_COUNT;
     RETURN fanned;
 END
@@ -620,10 +744,13 @@ $$;
 -- transaction; the event (and its deliveries) exist if and only if that transaction commits.
 --   BEGIN;
 --   UPDATE orders SET state = 'paid' WHERE id = 42;
---   SELECT dispatcher_publish_event('WS…', 'contact.updated', '{"id": "CT42"}', NULL);
+--   SELECT dispatcher_publish_event('WS…', 'contact.updated', '{"id": "CT42"}', NULL, 'CT42');
 --   COMMIT;
+-- The last two arguments, the number and the ordering key (the event's lane for fifo
+-- subscriptions: 1 to 200 characters, no control characters), may be NULL. Every argument
+-- is required: the shorter signature below, with defaults, takes three or four.
 CREATE OR REPLACE FUNCTION dispatcher_publish_event(
-    p_workspace_id text, p_type text, p_data jsonb, p_number_id text DEFAULT NULL
+    p_workspace_id text, p_type text, p_data jsonb, p_number_id text, p_ordering_key text
 ) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -644,10 +771,29 @@ BEGIN
         RAISE EXCEPTION 'dispatcher_publish_event: number % is not the workspace''s', p_number_id
             USING ERRCODE = '22023';
     END IF;
+    IF p_ordering_key IS NOT NULL AND (
+        char_length(p_ordering_key) NOT BETWEEN 1 AND 200
+        OR p_ordering_key ~ '[\x01-\x1f\x7f-\x9f]'
+    ) THEN
+        RAISE EXCEPTION 'dispatcher_publish_event: the ordering key must be 1 to 200 characters '
+                        'without control characters'
+            USING ERRCODE = '22023';
+    END IF;
     PERFORM dispatcher_append_event(event_id, p_workspace_id, p_type, p_number_id, 'outbox',
-                                    p_data::json, now(), NULL, NULL, NULL, NULL, NULL, NULL);
+                                    p_data::json, now(), NULL, NULL, NULL, NULL, NULL,
+                                    p_ordering_key);
     RETURN event_id;
 END
 $$;
 
-INSERT INTO dispatcher_schema (version) VALUES (12) ON CONFLICT DO NOTHING;
+-- dispatcher_publish_event as schemas 1 to 9 made it (applications call it so): the same,
+-- without an ordering key. Kept, never dropped (an outbox transaction may be in a call to it
+-- while a migration runs).
+CREATE OR REPLACE FUNCTION dispatcher_publish_event(
+    p_workspace_id text, p_type text, p_data jsonb, p_number_id text DEFAULT NULL
+) RETURNS text
+LANGUAGE sql AS $$
+    SELECT dispatcher_publish_event(p_workspace_id, p_type, p_data, p_number_id, NULL)
+$$;
+
+INSERT INTO dispatcher_schema (version) VALUES (13) ON CONFLICT DO NOTHING;

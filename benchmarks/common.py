@@ -237,10 +237,31 @@ async def publish_events(
     return time.perf_counter() - started
 
 
-async def count_status(db: Database, status: str = "delivered") -> int:
+async def count_status(
+    db: Database, status: str = "delivered", *, excluding: Sequence[str] = ()
+) -> int:
+    """Deliveries in `status`, those of the webhooks `excluding` left out."""
     async with db.acquire() as conn:
-        n: int = await conn.fetchval("SELECT count(*) FROM deliveries WHERE status = $1", status)
+        n: int = await conn.fetchval(
+            "SELECT count(*) FROM deliveries WHERE status = $1 AND webhook_id <> ALL($2::text[])",
+            status,
+            list(excluding),
+        )
     return n
+
+
+async def limit_rate(db: Database, webhook_ids: Sequence[str], rate_limit: int) -> None:
+    """Give webhooks a rate limit (requests per second), with their token buckets, as the
+    API does."""
+    async with db.transaction() as conn:
+        await conn.execute(
+            "UPDATE webhooks SET rate_limit = $2 WHERE id = ANY($1::text[])",
+            list(webhook_ids),
+            rate_limit,
+        )
+        await conn.execute(
+            "INSERT INTO webhook_rates (webhook_id) SELECT unnest($1::text[])", list(webhook_ids)
+        )
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -620,16 +641,18 @@ async def wait_for_count(
     procs: Sequence[Proc] = (),
     interval: float = 0.2,
     status: str = "delivered",
+    excluding: Sequence[str] = (),
 ) -> float:
-    """Poll the count of deliveries in `status` until it reaches `target`, with a bar;
-    returns the wall time it was first seen complete. Fails fast if a process died."""
+    """Poll the count of deliveries in `status` (those of the webhooks `excluding` left out)
+    until it reaches `target`, with a bar; returns the wall time it was first seen complete.
+    Fails fast if a process died."""
     with tqdm(total=target, desc=desc, unit="dlv", leave=False, unit_scale=True, position=1) as bar:
 
         async def done() -> bool:
             for proc in procs:
                 if not proc.alive():
                     raise RuntimeError(f"{proc.name} exited early:\n{proc.tail()}")
-            n = await count_status(db, status)
+            n = await count_status(db, status, excluding=excluding)
             bar.update(n - bar.n)
             return n >= target
 

@@ -144,6 +144,7 @@ def write_plot(results_dir: Path) -> Path | None:
     with contextlib.suppress(KeyError, TypeError):
         add("isolation\n(healthy)", results["isolation"]["baseline"]["value"])
         add("isolation\n(10% hang)", results["isolation"]["measured"]["value"])
+        add("isolation\n(1 at 10/s)", results["isolation"]["limited"]["value"])
     with contextlib.suppress(KeyError, TypeError):
         for run in results["replicas"]["measured"]["runs"]:
             add(f"replicas\nx{run['workers']}", run["rate"])

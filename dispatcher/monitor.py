@@ -51,12 +51,15 @@ async def maintain(db: Database, clock: Clock, retention_days: int, interval: fl
     while True:
         try:
             report = await maintenance.run_maintenance(db, clock.now(), retention_days)
-            if report.ran and (report.created or report.dropped or report.kept_pending):
+            if report.ran and (
+                report.created or report.dropped or report.kept_pending or report.lanes_advanced
+            ):
                 log.info(
                     "maintenance.done",
                     created=report.created,
                     dropped=report.dropped,
                     kept_pending=report.kept_pending,
+                    lanes_advanced=report.lanes_advanced,
                 )
             if report.in_default:
                 log.warning("maintenance.rows_in_default_partition", rows=report.in_default)

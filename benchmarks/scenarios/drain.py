@@ -33,12 +33,14 @@ from benchmarks.common import (
     Proc,
     Run,
     Sink,
+    count_status,
     create_webhooks,
     create_workspace,
     effective_settings,
     engine_statements,
     free_port,
     fresh_database,
+    limit_rate,
     postmaster_pid,
     publish_events,
     scrape_engine_metrics,
@@ -48,6 +50,7 @@ from benchmarks.common import (
     wait_for_count,
     wait_until,
 )
+from dispatcher.store.database import Database
 
 NAME = "drain"
 TITLE = "2. Drain throughput"
@@ -75,13 +78,17 @@ async def dispatcher_drain(
     settings: dict[str, Any] | None = None,
     profile_path: str | None = None,
     analyze: bool = False,
+    limited: int = 0,
+    rate_limit: int = 10,
 ) -> dict[str, Any]:
     """Publish n deliveries over `subscriptions` webhooks on a new database, start `workers`
     engine processes right after, and time the drain. The first `hanging` webhooks point at
-    `hang_sink`. No ANALYZE/VACUUM unless `analyze` (then one ANALYZE before the workers)."""
+    `hang_sink`; the last `limited` ones have a `rate_limit` (requests per second). The drain
+    is timed to the other webhooks' last delivery. No ANALYZE/VACUUM unless `analyze` (then
+    one ANALYZE before the workers)."""
     events = max(1, n // subscriptions)
     n = events * subscriptions
-    healthy = subscriptions - hanging
+    healthy = subscriptions - hanging - limited
     target = events * healthy
     engine_settings = {**ENGINE_DEFAULTS, **(settings or {})}
     async with fresh_database(r, scenario) as (db, url):
@@ -92,7 +99,7 @@ async def dispatcher_drain(
             else sink.url(f"/hook/{i}")
             for i in range(subscriptions)
         ]
-        await create_webhooks(db, workspace, urls)
+        limited_ids = await _subscribe(db, workspace, urls, limited, rate_limit)
         publish_s = await publish_events(
             r, db, workspace, events, fanout=subscriptions, desc=f"{scenario}: publish"
         )
@@ -156,7 +163,10 @@ async def dispatcher_drain(
                     within=max(120.0, target / 200),
                     desc=f"{scenario}: drain x{workers}",
                     procs=procs,
+                    excluding=limited_ids,
                 )
+                # What the limited webhooks had delivered by then (the others: all of theirs).
+                limited_done = await count_status(db) - target if limited_ids else 0
             finally:
                 sampler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -189,6 +199,7 @@ async def dispatcher_drain(
             "events": events,
             "subscriptions": subscriptions,
             "hanging_subscriptions": hanging,
+            "limited_subscriptions": limited,
             "workers": workers,
             "seconds": round(seconds, 3),
             "rate": target / seconds,
@@ -213,7 +224,25 @@ async def dispatcher_drain(
         }
         if hang_sink is not None:
             result["hang_sink"] = await hang_sink.stats()
+        if limited:
+            seconds_limited = max(done_at - stats["first"], 1e-9)
+            result |= {
+                "rate_limit": rate_limit,
+                "limited_delivered": limited_done,
+                "limited_rate": limited_done / seconds_limited,
+            }
         return result
+
+
+async def _subscribe(
+    db: Database, workspace: str, urls: list[str], limited: int, rate_limit: int
+) -> list[str]:
+    """One webhook per URL, the last `limited` with a rate limit; returns their ids."""
+    made = await create_webhooks(db, workspace, urls)
+    limited_ids = [webhook_id for webhook_id, _ in made[len(made) - limited :]]
+    if limited_ids:
+        await limit_rate(db, limited_ids, rate_limit)
+    return limited_ids
 
 
 def cpu_note(result: dict[str, Any]) -> str:

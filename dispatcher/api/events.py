@@ -90,6 +90,7 @@ async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web
         idempotency_key=idempotency_key,
         fingerprint=None if idempotency_key is None else request_fingerprint(raw),
         now=svc.clock.now(),
+        ordering_key=body.orderingKey,
     )
     headers = {} if created else {"Idempotent-Replayed": "true"}
     # The stored envelope, embedded as it is: never parsed and re-serialised.

@@ -18,11 +18,11 @@ from pydantic import (
     field_validator,
 )
 
-from dispatcher.domain.enums import CallStatus, ConversationStatus, Scope
+from dispatcher.domain.enums import CallStatus, ConversationStatus, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, OPERATIONAL_TYPES, PUBLISHABLE_TYPES
 from dispatcher.domain.payload_filter import filter_problem
 from dispatcher.domain.phone import is_e164
-from dispatcher.domain.text import BLANK, is_blank, name_problem
+from dispatcher.domain.text import BLANK, is_blank, is_control, name_problem
 from dispatcher.domain.urls import check_webhook_url
 
 
@@ -133,6 +133,8 @@ Concurrency = Annotated[int | None, Field(ge=1, le=1000)]
 HeaderMap = dict[str, str] | None
 # A JSON object that the event's data must contain (`{}` and null: no filter).
 PayloadFilter = Annotated[dict[str, Any] | None, AfterValidator(_filter)]
+# Requests per second to the endpoint, across every engine (docs/delivery.md, "Rate limits").
+RateLimit = Annotated[int | None, Field(ge=1, le=10000)]
 
 
 class CreateWebhook(Body):
@@ -144,6 +146,8 @@ class CreateWebhook(Body):
     headers: HeaderMap = None
     secretHeaders: HeaderMap = None
     filter: PayloadFilter = None
+    rateLimit: RateLimit = None
+    ordering: Ordering = Field(default=Ordering.NONE, strict=False)
 
 
 class UpdateWebhook(Body):
@@ -155,6 +159,9 @@ class UpdateWebhook(Body):
     numberIds: NumberIds = None
     enabled: bool | None = None
     maxConcurrency: Concurrency = None
+    rateLimit: RateLimit = None
+    # null is the default, "none", as a null maxConcurrency is the default limit.
+    ordering: Ordering | None = Field(default=None, strict=False)
     headers: HeaderMap = None
     secretHeaders: HeaderMap = None
     filter: PayloadFilter = None
@@ -172,10 +179,21 @@ class Recover(Body):
     until: AwareDatetime | None = Field(default=None, strict=False)
 
 
+def _ordering_key(value: str) -> str:
+    if any(is_control(char) for char in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+# An event's ordering lane (docs/webhooks.md, "Ordered delivery"): any text, no controls.
+OrderingKey = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_ordering_key)]
+
+
 class PublishEvent(Body):
     type: str = Field(min_length=1, max_length=100)
     numberId: str | None = None
     data: dict[str, Any]
+    orderingKey: OrderingKey | None = None
 
     @field_validator("type")
     @classmethod

@@ -25,6 +25,7 @@ from dispatcher.domain.enums import (
     ConversationStatus,
     DeliveryStatus,
     DisabledReason,
+    Ordering,
     Scope,
 )
 from dispatcher.domain.headers import names_in_order
@@ -65,6 +66,7 @@ __all__ = [
     "PhoneNumber",
     "Recovered",
     "Secret",
+    "StoredEvent",
     "Webhook",
     "WebhookStats",
     "WebhookWithSecret",
@@ -100,14 +102,16 @@ StoredEnvelope = Annotated[
 
 
 class Event(EventEnvelope):
-    """An event of the workspace's stream: its envelope as stored (and sent), and whether its
-    content was expunged (then its `data` is null)."""
+    """An event of the workspace's stream: its envelope as stored (and sent), whether its
+    content was expunged (then its `data` is null), and its ordering key (null when it has
+    none), which is not part of the envelope."""
 
     expunged: bool
+    orderingKey: str | None
 
 
-# An event as the stream lists it: its stored envelope with `expunged` added, still never
-# parsed (see `stored_event`).
+# An event as the stream lists it: its stored envelope with `expunged` and `orderingKey`
+# added, still never parsed (see `stored_event`).
 StoredEvent = Annotated[orjson.Fragment, GetPydanticSchema(lambda _, handler: handler(Event))]
 
 
@@ -146,6 +150,8 @@ class Webhook(TypedDict):
     headers: dict[str, str]
     secretHeaderNames: list[str]
     filter: dict[str, Any] | None
+    rateLimit: int | None
+    ordering: Ordering
 
 
 class WebhookWithSecret(Webhook):
@@ -420,6 +426,8 @@ def webhook(row: Row, default_concurrency: int) -> Webhook:
         "headers": row["headers"],
         "secretHeaderNames": names_in_order(row["secret_header_names"]),
         "filter": row["payload_filter"],
+        "rateLimit": row["rate_limit"],
+        "ordering": row["ordering"],
     }
 
 
@@ -506,12 +514,14 @@ def me(workspace_id: str, key_id: str, scopes: Collection[str]) -> Me:
 
 
 def stored_event(row: Row) -> StoredEvent:
-    """An event's envelope as it was stored and sent, with `expunged` added as its last member:
-    embedded as it is, never parsed and re-serialised. (The envelope is always a JSON object
-    made by schema.sql's dispatcher_envelope, so it ends with its closing brace.)"""
+    """An event as the stream lists it: its envelope as it was stored and sent (embedded as
+    it is, never parsed and re-serialised; the envelope is a JSON object made by schema.sql's
+    dispatcher_envelope, so it ends with its `}`), with `expunged` and `orderingKey` added as
+    its last members."""
     payload: str = row["payload"]
     expunged = "true" if row["expunged"] else "false"
-    return orjson.Fragment(f'{payload[:-1]},"expunged":{expunged}}}')
+    key = orjson.dumps(row["ordering_key"]).decode()
+    return orjson.Fragment(f'{payload[:-1]},"expunged":{expunged},"orderingKey":{key}}}')
 
 
 def event_with_deliveries(row: Row, deliveries: Sequence[Row], count: int) -> EventWithDeliveries:
@@ -519,6 +529,7 @@ def event_with_deliveries(row: Row, deliveries: Sequence[Row], count: int) -> Ev
     return {
         **envelope,
         "expunged": row["expunged"],
+        "orderingKey": row["ordering_key"],
         "deliveryCount": count,
         "deliveries": [
             {

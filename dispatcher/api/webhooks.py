@@ -38,7 +38,7 @@ from dispatcher.api.resources import (
     webhook_with_secret,
 )
 from dispatcher.domain import ids
-from dispatcher.domain.enums import DeliveryStatus, Scope
+from dispatcher.domain.enums import DeliveryStatus, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
 from dispatcher.domain.headers import FIELDS as HEADER_FIELDS
 from dispatcher.domain.headers import HEADERS, SECRET_HEADERS, header_problems
@@ -108,6 +108,8 @@ async def create_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
         headers=headers,
         secret_headers=secret_headers,
         payload_filter=stored_filter(body.filter),
+        rate_limit=body.rateLimit,
+        ordering=body.ordering,
     )
     return json_response(
         webhook_with_secret(row, svc.settings.max_concurrency_per_webhook, signing_secret),
@@ -165,6 +167,8 @@ async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
                 header_changes,
             )
 
+    if "ordering" in changes and changes["ordering"] is None:
+        changes["ordering"] = Ordering.NONE  # null returns to the default
     await _check_numbers(svc, key.workspace_id, changes.get("numberIds"))
     row = await webhooks.update(
         svc.db,

@@ -74,6 +74,14 @@ class AttemptTrigger(StrEnum):
     TEST = "test"  # POST .../test
 
 
+class Ordering(StrEnum):
+    """How a subscription's deliveries are ordered: `fifo` attempts those of one ordering lane
+    (the events' `orderingKey`) one at a time, in the order of their events."""
+
+    NONE = "none"
+    FIFO = "fifo"
+
+
 class DisabledReason(StrEnum):
     """Why a webhook is disabled: by its owner, by the failure clock, or by a 410 Gone."""
 

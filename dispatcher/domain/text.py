@@ -27,6 +27,11 @@ def is_invisible(char: str) -> bool:
     return char in _INVISIBLE_CHARACTERS or unicodedata.category(char) in _INVISIBLE_CATEGORIES
 
 
+def is_control(char: str) -> bool:
+    """A control character (Unicode Cc: C0, DEL, C1): never part of a key or an identifier."""
+    return unicodedata.category(char) == "Cc"
+
+
 def is_blank(value: str) -> bool:
     """True when `value` shows nothing: empty, or only white space and invisible characters."""
     return all(is_invisible(char) for char in value)

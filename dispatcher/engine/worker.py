@@ -401,4 +401,5 @@ class Engine:
             started_at=started_at,
             outcome=outcome.kind,
             response_body=outcome.response_body,
+            in_lane=claimed.in_lane,
         )

@@ -141,6 +141,7 @@ async def publish(
     idempotency_key: str | None,
     now: datetime,
     fingerprint: bytes | None = None,
+    ordering_key: str | None = None,
 ) -> tuple[str, bool]:
     """Publish through the API; returns (payload, created).
 
@@ -176,6 +177,7 @@ async def publish(
             created_at=now,
             idempotency_key=idempotency_key,
             fingerprint=fingerprint,
+            ordering_key=ordering_key,
         )
     db.wake(DELIVERIES_CHANNEL)
     return payload, True

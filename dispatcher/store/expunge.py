@@ -28,6 +28,7 @@ class SQL(Queries, file="expunge.sql"):
     event_delivery_ids: str
     lock_queued_deliveries: str
     give_up_expunged: str
+    advance_lanes: str
     erase_response_excerpts: str
     erase_message_text: str
     events_carrying: str
@@ -66,7 +67,9 @@ async def event(db: Database, workspace_id: str, event_id: str, now: datetime) -
         # recorded now finishes first, and its excerpt is erased below with the others.
         queued = await conn.fetch(SQL.lock_queued_deliveries, delivery_ids)
         if queued:
-            await conn.execute(SQL.give_up_expunged, [row["delivery_id"] for row in queued])
+            given_up = [row["delivery_id"] for row in queued]
+            await conn.execute(SQL.give_up_expunged, given_up)
+            await conn.execute(SQL.advance_lanes, given_up, now)
         await conn.execute(SQL.erase_response_excerpts, delivery_ids, erased["created_at"])
     return erased
 

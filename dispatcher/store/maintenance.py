@@ -1,4 +1,5 @@
-"""Partitions ahead of time, and retention by dropping whole expired partitions.
+"""Partitions ahead of time, retention by dropping whole expired partitions, and ordering
+lanes whose head went without an attempt settling it (they move on to their next delivery).
 
 Every replica runs the loop; a transaction-scoped advisory lock lets exactly one do the work at
 a time, and each step is one transaction, so a replica dying mid-way leaves nothing half-done
@@ -24,6 +25,7 @@ PARTITIONS_AHEAD_DAYS = 2
 class SQL(Queries, file="maintenance.sql"):
     try_lock: str
     ensure_partitions: str
+    advance_lanes: str
     rows_in_default: str
     delivery_partitions: str
     bound_lock_waits: str
@@ -41,6 +43,7 @@ class Report:
     kept_pending: list[str] = field(default_factory=list)  # expired but still pending
     in_default: int = 0  # rows outside every daily partition
     rollups_deleted: int = 0  # endpoint health rollup rows past their use or retention
+    lanes_advanced: int = 0  # ordering lanes whose head had gone without settling by attempt
 
 
 async def run_maintenance(db: Database, now: datetime, retention_days: int) -> Report:
@@ -55,6 +58,7 @@ async def run_maintenance(db: Database, now: datetime, retention_days: int) -> R
             today - timedelta(days=1),
             today + timedelta(days=PARTITIONS_AHEAD_DAYS),
         )
+        report.lanes_advanced = await conn.fetchval(SQL.advance_lanes, now)
         report.in_default = await conn.fetchval(SQL.rows_in_default)
         names = await conn.fetch(SQL.delivery_partitions)
         report.rollups_deleted = await stats.forget_before(

@@ -144,7 +144,8 @@ async def create_call(
 async def _inbound_event(
     conn: Connection, event_type: str, data: Mapping[str, Any], row: Record, now: datetime
 ) -> None:
-    """The event an inbound message or call makes, about `data` (the resource of `row`)."""
+    """The event an inbound message or call makes, about `data` (the resource of `row`), in
+    its conversation's ordering lane."""
     await append_event(
         conn,
         workspace_id=row["workspace_id"],
@@ -153,6 +154,7 @@ async def _inbound_event(
         data=data,
         source="inbound",
         created_at=now,
+        ordering_key=row["conversation_id"],
     )
 
 
@@ -216,8 +218,15 @@ async def move_statuses(conn: Connection, moves: Sequence[CarrierMove], *, now: 
         now,
     )
     event_types = {move.message_id: move.event_type for move in moves}
+    # Each in its conversation's ordering lane.
     made = [
-        NewEvent(row["workspace_id"], event_type, row["number_id"], resources.message(row))
+        NewEvent(
+            row["workspace_id"],
+            event_type,
+            row["number_id"],
+            resources.message(row),
+            ordering_key=row["conversation_id"],
+        )
         for row in rows
         if (event_type := event_types[row["id"]]) is not None
     ]

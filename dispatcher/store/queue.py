@@ -11,6 +11,12 @@ written once per attempt, by the recorder, in the same statement.
 
 What a result means (delivered, retried when, given up, the endpoint's failure clock and its
 disabling) is decided in `dispatcher.domain.outcomes`; `record` only executes the decisions.
+
+Two per-endpoint controls live in the claim too (docs/delivery.md): a rate limit, a token
+bucket per endpoint (`webhook_rates`) that the claim takes from under its row lock; and
+ordered delivery, where only the head of each ordering lane (`delivery_lanes`) is claimed, the
+other members of the lane are parked out of the due walk, and the record that settles a head
+moves its lane on. Both read nothing for endpoints that have neither.
 """
 
 from __future__ import annotations
@@ -53,6 +59,11 @@ WITH saturated AS (
     WHERE l.lease_owner IS NOT NULL
     GROUP BY l.webhook_id, w.max_concurrency
     HAVING count(*) >= coalesce(w.max_concurrency, $4)
+), limited AS (
+    -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
+    -- walk passes their backlog by too, as a saturated one's. Read through the index: only
+    -- the endpoints waiting now.
+    SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
 """
 
 # Two ways to find due rows; the rest of the claim (slots, leases, what it returns) is shared.
@@ -61,10 +72,11 @@ _WALK_HEAD = """
     -- Due rows in due order, walking delivery_queue_due lazily: a claim reads about as many
     -- entries as it takes (plus those of saturated endpoints it passes). Rows another engine
     -- is claiming right now are skipped, not waited for.
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
     FROM delivery_queue q
     WHERE q.due_at <= $1
       AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
+      AND q.webhook_id NOT IN (SELECT webhook_id FROM limited)
     ORDER BY q.due_at
     LIMIT $3
     FOR UPDATE OF q SKIP LOCKED
@@ -75,7 +87,7 @@ _WALK_WINDOW = """
     -- The same walk, within a window of the due index's first $5 entries: when much of the
     -- head of the backlog belongs to saturated endpoints, a claim still reads at most about
     -- twice the window, not the whole backlog.
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
     FROM delivery_queue q
     WHERE q.due_at <= $1
       -- The window's end: the due time of its last entry (NULL: fewer due rows than that).
@@ -84,6 +96,7 @@ _WALK_WINDOW = """
            ORDER BY w.due_at OFFSET $5 - 1 LIMIT 1),
           $1)
       AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
+      AND q.webhook_id NOT IN (SELECT webhook_id FROM limited)
     ORDER BY q.due_at
     LIMIT $3
     FOR UPDATE OF q SKIP LOCKED
@@ -103,9 +116,10 @@ _WALK_ENDPOINTS = """
          WHERE w.id < $6 AND w.deleted_at IS NULL ORDER BY w.id LIMIT $5)
     ) ring
     WHERE id NOT IN (SELECT webhook_id FROM saturated)
+      AND id NOT IN (SELECT webhook_id FROM limited)
     LIMIT $5
 ), due AS (
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
     FROM visited v
     CROSS JOIN LATERAL (
         SELECT delivery_id FROM delivery_queue
@@ -120,19 +134,93 @@ _WALK_ENDPOINTS = """
     FOR UPDATE OF q SKIP LOCKED
 """
 
-_CLAIM_REST = """), busy AS (
+# Ordered delivery (delivery_lanes in schema.sql): what the claim does with the fifo rows it
+# walked (`lane` not NULL; none in the common case, and then these steps read nothing).
+_LANES = """), walked_lanes AS (
+    -- The lanes of the rows walked, as this statement's snapshot knows them.
+    SELECT d.webhook_id, d.lane,
+           EXISTS (SELECT 1 FROM delivery_lanes l
+                   WHERE l.webhook_id = d.webhook_id AND l.lane = d.lane) AS known
+    FROM (SELECT DISTINCT webhook_id, lane FROM due WHERE lane IS NOT NULL) d
+), held_lanes AS (
+    -- Known lanes, locked: their head as it is now. A lane another claim or a record holds
+    -- is left alone (its rows neither taken nor parked by this claim).
+    SELECT l.webhook_id, l.lane, l.head_id
+    FROM walked_lanes k
+    CROSS JOIN LATERAL (
+        SELECT * FROM delivery_lanes l
+        WHERE l.webhook_id = k.webhook_id AND l.lane = k.lane
+        FOR UPDATE SKIP LOCKED
+    ) l
+    WHERE k.known
+), made_lanes AS (
+    -- New lanes, headed by their first member (made by another claim meanwhile: left alone).
+    INSERT INTO delivery_lanes (webhook_id, lane, head_id)
+    SELECT k.webhook_id, k.lane,
+           (SELECT m.delivery_id FROM delivery_queue m
+            WHERE m.webhook_id = k.webhook_id AND m.lane = k.lane
+            ORDER BY m.lane_seq LIMIT 1)
+    FROM walked_lanes k
+    WHERE NOT k.known
+    ORDER BY k.webhook_id, k.lane
+    ON CONFLICT DO NOTHING
+    RETURNING webhook_id, lane, head_id
+), heads AS (
+    -- The head of each lane this claim holds. A head no longer in the queue (given up on a
+    -- disable or a delete) is replaced by the lane's first member.
+    SELECT webhook_id, lane, head_id, false AS named FROM made_lanes
+    UNION ALL
+    SELECT h.webhook_id, h.lane,
+           CASE WHEN h.queued THEN h.head_id
+                ELSE (SELECT m.delivery_id FROM delivery_queue m
+                      WHERE m.webhook_id = h.webhook_id AND m.lane = h.lane
+                      ORDER BY m.lane_seq LIMIT 1)
+           END,
+           NOT h.queued
+    FROM (
+        SELECT held_lanes.*,
+               EXISTS (SELECT 1 FROM delivery_queue s WHERE s.delivery_id = head_id) AS queued
+        FROM held_lanes
+    ) h
+), renamed AS (
+    UPDATE delivery_lanes l
+    SET head_id = heads.head_id
+    FROM heads
+    WHERE heads.named AND heads.head_id IS NOT NULL
+      AND l.webhook_id = heads.webhook_id AND l.lane = heads.lane
+), woken AS (
+    -- A head named so may have been parked: it is due now. (Parked: `due_at` infinite, read
+    -- off the row found by its id; as an index condition it would walk every parked row.)
+    UPDATE delivery_queue q
+    SET due_at = $1
+    FROM heads
+    WHERE heads.named AND q.delivery_id = heads.head_id
+      AND NOT isfinite(q.due_at) AND q.lease_owner IS NULL
+), parked AS (
+    -- The rows walked that are not their lane's head wait out of the due walk until it
+    -- settles (dispatcher_advance_lanes).
+    UPDATE delivery_queue q
+    SET due_at = 'infinity'
+    FROM due
+    JOIN heads ON heads.webhook_id = due.webhook_id AND heads.lane = due.lane
+    WHERE q.delivery_id = due.delivery_id AND due.delivery_id IS DISTINCT FROM heads.head_id
+"""
+
+_BUSY = """), busy AS (
     -- Requests in flight now for the endpoints just walked.
     SELECT l.webhook_id, count(*) AS n
     FROM delivery_queue l
     WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
     GROUP BY l.webhook_id
-), ranked AS (
+"""
+
+_RANKED = """), ranked AS (
     -- Per endpoint, only as many rows as it has free slots. A row whose event was expunged,
     -- or whose webhook was disabled or deleted, gets `stopped` (why it is given up): such
     -- rows come up only when a lease taken before the expunge or the disable was handed back
     -- unrecorded (its engine died or stopped), since both settle every row not in flight at
-    -- once.
-    SELECT due.delivery_id, due.due_at,
+    -- once. A lane's row is a candidate only as its head.
+    SELECT due.delivery_id, due.webhook_id, due.due_at, w.rate_limit,
            row_number() OVER (PARTITION BY due.webhook_id
                               ORDER BY due.due_at, due.delivery_id) AS rank,
            coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
@@ -143,7 +231,45 @@ _CLAIM_REST = """), busy AS (
     FROM due
     JOIN webhooks w ON w.id = due.webhook_id
     LEFT JOIN busy ON busy.webhook_id = due.webhook_id
-), given_up AS (
+    WHERE due.lane IS NULL OR due.delivery_id IN (SELECT head_id FROM heads)
+"""
+
+# Rate limits (webhook_rates in schema.sql): a limited endpoint gets no more rows than its
+# bucket holds. A bucket another engine is taking from right now is skipped: nothing goes to
+# that endpoint from this claim. 0.03: the bucket's catch-up, in seconds (how late a claim may
+# come for an endpoint's next request and still start it; B = 1 + R x 0.03).
+_RATES = """), buckets AS (
+    -- `tokens`: what the bucket holds now, min(B, 1 + R (t - ready_at)), whole ones.
+    SELECT b.*,
+           floor(greatest(0, least(1 + b.rate_limit * 0.03,
+                                   1 + b.rate_limit * (extract(epoch FROM b.at)
+                                                       - extract(epoch FROM b.ready_at)))))
+               AS tokens
+    FROM (
+        SELECT r.webhook_id, r.ready_at, k.rate_limit, clock_timestamp() AS at
+        FROM (SELECT DISTINCT webhook_id, rate_limit FROM ranked
+              WHERE rate_limit IS NOT NULL) k
+        CROSS JOIN LATERAL (
+            SELECT * FROM webhook_rates r
+            WHERE r.webhook_id = k.webhook_id
+            FOR UPDATE SKIP LOCKED
+        ) r
+    ) b
+), taken AS (
+    -- What this claim takes from each bucket (as the lease below counts it).
+    UPDATE webhook_rates r
+    SET ready_at = greatest(b.ready_at, b.at - interval '0.03 seconds')
+                   + make_interval(secs => g.n::float8 / b.rate_limit)
+    FROM buckets b
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM ranked
+        WHERE ranked.webhook_id = b.webhook_id AND ranked.stopped IS NULL
+          AND ranked.rank <= least(ranked.free, b.tokens)
+    ) g
+    WHERE r.webhook_id = b.webhook_id AND g.n > 0
+"""
+
+_LEASE = """), given_up AS (
     DELETE FROM delivery_queue q
     USING ranked
     WHERE q.delivery_id = ranked.delivery_id AND ranked.stopped IS NOT NULL
@@ -156,18 +282,23 @@ _CLAIM_REST = """), busy AS (
 )
 UPDATE delivery_queue q
 SET lease_owner = $2, due_at = 'infinity'
-FROM ranked, webhooks w, events e
+FROM ranked LEFT JOIN buckets ON buckets.webhook_id = ranked.webhook_id, webhooks w, events e
 WHERE q.delivery_id = ranked.delivery_id
   AND ranked.stopped IS NULL
-  AND ranked.rank <= ranked.free
+  AND ranked.rank <= CASE WHEN ranked.rate_limit IS NULL THEN ranked.free
+                          ELSE least(ranked.free, coalesce(buckets.tokens, 0)) END
   AND w.id = q.webhook_id
   AND e.id = q.event_id
   AND e.created_at = q.created_at
 RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
           e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
           w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
-          q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers
+          q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
+          q.lane IS NOT NULL AS in_lane
 """
+
+# The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns.
+_CLAIM_REST = _BUSY + _LANES + _RANKED + _RATES + _LEASE
 
 
 CLAIM = _SATURATED.rstrip() + _WALK_HEAD + _CLAIM_REST
@@ -288,6 +419,7 @@ class Claimed(NamedTuple):
     trace_context: str | None  # the publishing span's W3C traceparent (dispatcher.tracing)
     # The webhook's custom headers, secret ones included (name, value): sent with the attempt.
     custom_headers: tuple[tuple[str, str], ...] = ()
+    in_lane: bool = False  # the head of an ordering lane: its settling moves the lane on
 
 
 class Result(NamedTuple):
@@ -304,6 +436,7 @@ class Result(NamedTuple):
     started_at: datetime  # for the attempt log
     outcome: AttemptOutcome
     response_body: str | None  # the answer's first bytes (DISPATCHER_RESPONSE_EXCERPT_BYTES)
+    in_lane: bool = False  # the claim's `in_lane`
 
 
 # How far the head walk may read, per row asked, and how many endpoints a short claim visits.
@@ -371,6 +504,7 @@ async def claim(
                 event_id=row["event_id"],
                 trace_context=row["trace_context"],
                 custom_headers=tuple(row["custom_headers"].items()),
+                in_lane=row["in_lane"],
             )
         )
     return claimed
@@ -403,6 +537,7 @@ async def record(
         await conn.execute(INDEX_WALKS_ONLY)
         rows = await conn.fetch(RECORD, *columns[:8], owner, *columns[8:])
         failed = {row["id"] for row in rows if row["status"] == DeliveryStatus.FAILED}
+        pending = {row["id"] for row in rows if row["status"] == DeliveryStatus.PENDING}
         written = {row["id"]: row for row in rows}
         applied = [r for r in results if r.id in written]
         # Endpoint health: the attempts written and the deliveries they settled.
@@ -416,6 +551,11 @@ async def record(
         disabled = await _disable_endpoints(conn, applied, now, timedelta(seconds=disable_after))
         given_up = [(r, _why_given_up(r, written[r.id]["stop"])) for r in applied if r.id in failed]
         await _tell_workspaces(conn, applied, written, {r.id: why for r, why in given_up}, now)
+        # Last (lane rows are locked after every other row a record takes; an operational
+        # event's deliveries may join lanes too): the lanes whose head this batch settled
+        # move on to their next delivery.
+        settled_heads = [r.id for r in applied if r.in_lane and r.id not in pending]
+        await _advance_lanes(conn, settled_heads, now)
     return Recorded(given_up, disabled)
 
 
@@ -515,6 +655,16 @@ async def _tell_workspaces(
         if event is not None:
             told.append(event)
     await operational.publish(conn, told, now)
+
+
+ADVANCE_LANES = "SELECT dispatcher_advance_lanes($1::text[], $2)"
+
+
+async def _advance_lanes(conn: Connection, settled_heads: Sequence[str], now: datetime) -> None:
+    """Give the lanes these settled heads led their next head, due now (schema.sql,
+    dispatcher_advance_lanes): one statement, and none when the batch settled no lane's head."""
+    if settled_heads:
+        await conn.execute(ADVANCE_LANES, list(settled_heads), now)
 
 
 async def _update_failure_clocks(conn: Connection, applied: Sequence[Result]) -> None:

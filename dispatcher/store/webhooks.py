@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dispatcher.domain import ids, operational
-from dispatcher.domain.enums import DisabledReason
+from dispatcher.domain.enums import DisabledReason, Ordering
 from dispatcher.domain.signing import new_secret
 from dispatcher.errors import NotFound
 from dispatcher.store.database import Connection, Database, Record
@@ -33,6 +33,10 @@ class SQL(Queries, file="webhooks.sql"):
     rotate_secret: str
     demo_secrets: str
     filter_matches: str
+    add_bucket: str
+    drop_bucket: str
+    join_lanes: str
+    leave_lanes: str
 
 
 # The fields of a change that `update` writes, in the order of its parameters.
@@ -45,6 +49,8 @@ UPDATE_FIELDS = (
     "headers",
     "secretHeaders",
     "filter",
+    "rateLimit",
+    "ordering",
 )
 DISABLED_ERROR = "webhook disabled"
 DELETED_ERROR = "webhook deleted"
@@ -63,6 +69,8 @@ async def create(
     headers: Mapping[str, str] | None = None,
     secret_headers: Mapping[str, str] | None = None,
     payload_filter: Mapping[str, Any] | None = None,
+    rate_limit: int | None = None,
+    ordering: Ordering = Ordering.NONE,
 ) -> tuple[Record, str]:
     """A new live subscription; returns it and its signing secret. The custom headers and
     the filter are stored as given (the API checked them; `{}` filters nothing)."""
@@ -79,6 +87,8 @@ async def create(
             headers=headers,
             secret_headers=secret_headers,
             payload_filter=payload_filter,
+            rate_limit=rate_limit,
+            ordering=ordering,
         )
 
 
@@ -95,6 +105,8 @@ async def insert(
     headers: Mapping[str, str] | None = None,
     secret_headers: Mapping[str, str] | None = None,
     payload_filter: Mapping[str, Any] | None = None,
+    rate_limit: int | None = None,
+    ordering: Ordering = Ordering.NONE,
 ) -> tuple[Record, str]:
     """`create` on a connection the caller holds (the demo is made in one transaction)."""
     secret = new_secret()
@@ -112,6 +124,8 @@ async def insert(
         dict(headers or {}),
         dict(secret_headers or {}),
         dict(payload_filter) if payload_filter else None,
+        rate_limit,
+        ordering,
     )
     assert row is not None
     return row, secret
@@ -188,7 +202,9 @@ async def update(
     """Apply a PATCH: only the keys present in `changes` change; `enabled` moves between
     live and disabled (manual), and the workspace is told (`webhook.enabled`,
     `webhook.disabled`). `headers`, `secretHeaders` and `filter` are stored as given
-    (`{}` for no headers, None for no filter).
+    (`{}` for no headers, None for no filter). A rate limit set gets its bucket, one cleared
+    loses it; a change of `ordering` moves the queued deliveries into their lanes or out of
+    them.
 
     `check`, when given, sees the webhook as it is (locked: `headers` and `secret_headers`
     included) before anything changes, and may raise to refuse the change: a rule that
@@ -203,6 +219,15 @@ async def update(
             # Each field as (whether it changes, its new value), as `update` takes them.
             flagged = [v for field in UPDATE_FIELDS for v in (field in changes, changes.get(field))]
             await conn.execute(SQL.update, webhook_id, *flagged)
+        if "rateLimit" in changes:
+            bucket = SQL.drop_bucket if changes["rateLimit"] is None else SQL.add_bucket
+            await conn.execute(bucket, webhook_id)
+        ordering = changes.get("ordering", current["ordering"])
+        if ordering != current["ordering"]:
+            if ordering == Ordering.FIFO:
+                await conn.execute(SQL.join_lanes, webhook_id)
+            else:
+                await conn.execute(SQL.leave_lanes, webhook_id, now)
         enabled = changes.get("enabled")
         if enabled is False and current["disabled_at"] is None:
             await disable(conn, [webhook_id], DisabledReason.MANUAL, now)
@@ -211,8 +236,9 @@ async def update(
             told = [operational.webhook_enabled(workspace_id, webhook_id)]
             await publish_operational(conn, told, now)
         updated = await get(conn, workspace_id, webhook_id)
-    if enabled is not None:
-        db.wake(DELIVERIES_CHANNEL)  # the operational event's deliveries, if any
+    if enabled is not None or ordering != current["ordering"]:
+        # The operational event's deliveries, or those a fifo -> none change released.
+        db.wake(DELIVERIES_CHANNEL)
     return updated
 
 

@@ -55,8 +55,11 @@ async def test_list_and_search_the_stream(
     # A test delivery's event is not part of the stream.
     assert (await client.post(f"/v1/webhooks/{hooks[0]}/test", headers=ws.headers)).status < 300
     listed = (await get(client, ws, "/v1/events"))["data"]
-    # The envelopes as published, newest first, none expunged.
-    assert listed == [{**event, "expunged": False} for event in reversed(published)]
+    # The envelopes as published, newest first, none expunged, with their ordering keys (none
+    # here).
+    assert listed == [
+        {**event, "expunged": False, "orderingKey": None} for event in reversed(published)
+    ]
     only = (await get(client, ws, "/v1/events?type=contact.deleted"))["data"]
     assert [e["id"] for e in only] == [published[1]["id"]]
     at = published[1]["createdAt"]

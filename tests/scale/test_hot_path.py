@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from dispatcher.domain.outcomes import AttemptOutcome, Delivered
 from dispatcher.store import queue
 from dispatcher.store.database import Database
 from tests.conftest import Workspace
@@ -115,3 +116,53 @@ async def test_a_claim_reads_a_bounded_window_when_every_endpoint_is_saturated(
     walks = [n for n in nodes(plan) if n.get("Index Name") == "delivery_queue_due"]
     read = sum(n["Actual Rows"] * n["Actual Loops"] for n in walks)
     assert walks and read <= 2 * WINDOW, [(n["Actual Rows"], n["Actual Loops"]) for n in walks]
+
+
+async def test_a_lane_waiting_behind_its_head_is_out_of_the_walk(
+    db: Database, ws: Workspace
+) -> None:
+    """Ordered delivery's trap: a fifo subscription with thousands of events in one lane. The
+    claims that first walk them park every one but the head, once; from then on a claim reads
+    none of them, and when the head settles, exactly the next one."""
+    lane_events = 5000
+    async with db.transaction() as conn:
+        await conn.execute(
+            "INSERT INTO webhooks (id, workspace_id, url, events, secret, ordering) "
+            "VALUES ('WHfifo', $1, 'https://x.example.com/', '{contact.updated}', "
+            "'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 'fifo')",
+            ws.id,
+        )
+        await conn.execute(
+            "SELECT dispatcher_publish_event($1, 'contact.updated', "
+            "jsonb_build_object('id', 'CT' || g), NULL, 'one lane') FROM generate_series(1, $2) g",
+            ws.id,
+            lane_events,
+        )
+    now = datetime.now(UTC)
+    claimed: list[queue.Claimed] = []
+    for _ in range(lane_events // CLAIM + 1):
+        claimed += await queue.claim(
+            db, owner="engine-a", now=now, limit=CLAIM, default_concurrency=10
+        )
+    (head,) = claimed
+    assert head.in_lane
+    async with db.acquire() as conn:
+        parked = await conn.fetchval(
+            "SELECT count(*) FROM delivery_queue WHERE due_at = 'infinity' AND lease_owner IS NULL"
+        )
+    assert parked == lane_events - 1
+
+    def walked(plan: dict[str, Any]) -> int:
+        walks = [n for n in nodes(plan) if n.get("Index Name") == "delivery_queue_due"]
+        return sum(int(n["Actual Rows"] * n["Actual Loops"]) for n in walks)
+
+    plan, taken = await explain_claim(db)
+    assert (taken, walked(plan)) == (0, 0)
+    result = queue.Result(
+        id=head.id, webhook_id=head.webhook_id, attempts_before=0, response_status=200,
+        response_ms=1, last_error=None, finished_at=now, decision=Delivered(now), started_at=now,
+        outcome=AttemptOutcome.SUCCESS, response_body=None, in_lane=True,
+    )  # fmt: skip
+    await queue.record(db, owner="engine-a", results=[result], now=now, disable_after=1e9)
+    plan, taken = await explain_claim(db)
+    assert (taken, walked(plan)) == (1, 1)

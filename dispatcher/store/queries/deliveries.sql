@@ -46,8 +46,12 @@ UPDATE deliveries SET status = 'pending', next_attempt_at = $2, delivered_at = N
 WHERE id = $1
 
 -- name: make_due
--- Move queued delivery $1 to be due at $2, because of $3 (the attempt log's trigger).
-UPDATE delivery_queue SET due_at = $2, trigger = $3 WHERE delivery_id = $1
+-- Move queued delivery $1 to be due at $2, because of $3 (the attempt log's trigger). One
+-- waiting in its ordering lane (parked) keeps waiting for the deliveries ahead of it.
+UPDATE delivery_queue
+SET due_at = CASE WHEN lane IS NOT NULL AND due_at = 'infinity' THEN due_at ELSE $2 END,
+    trigger = $3
+WHERE delivery_id = $1
 
 -- name: requeue_failed
 -- Make webhook $1's failed deliveries created in [$2, $3) pending again, due at $4, those of
@@ -71,35 +75,51 @@ RETURNING d.id
 -- name: enqueue
 -- Give the pending deliveries among $1 (made pending again: a retry, a recover) their rows in
 -- the engine's queue, due when the history says, because of $2 (the attempt log's trigger);
--- one queued already is left as it is.
+-- one queued already is left as it is. A fifo subscription's (not a test's) goes to the end of
+-- its ordering lane, in event order.
 INSERT INTO delivery_queue (delivery_id, created_at, webhook_id, event_id, is_test, due_at,
-                            attempts, trigger)
-SELECT id, created_at, webhook_id, event_id, event_type = 'webhook.test', next_attempt_at,
-       attempts, $2
-FROM deliveries
-WHERE id = ANY($1::text[]) AND status = 'pending'
+                            attempts, trigger, lane, lane_seq)
+SELECT o.id, o.created_at, o.webhook_id, o.event_id, o.is_test, o.next_attempt_at,
+       o.attempts, $2, o.lane,
+       CASE WHEN o.lane IS NOT NULL THEN nextval('delivery_lane_seq') END
+FROM (
+    SELECT d.id, d.created_at, d.webhook_id, d.event_id, d.event_type = 'webhook.test' AS is_test,
+           d.next_attempt_at, d.attempts,
+           CASE WHEN w.ordering = 'fifo' AND d.event_type <> 'webhook.test'
+                THEN coalesce(e.ordering_key, '') END AS lane
+    FROM deliveries d
+    JOIN webhooks w ON w.id = d.webhook_id
+    JOIN events e ON e.id = d.event_id AND e.created_at = d.created_at
+    WHERE d.id = ANY($1::text[]) AND d.status = 'pending'
+    ORDER BY d.created_at, d.event_id
+) o
 ON CONFLICT (delivery_id) DO NOTHING
 
 -- name: deliver_missed
 -- Deliveries for the events of workspace $2 created in [$3, $4) that webhook $1 hears (type,
 -- number and payload filter, as fan-out decides them) and has no delivery of, due at $5,
 -- because of $6, expunged events excepted; returns how many were made. (Only the missed ones
--- reach dispatcher_add_deliveries, which would skip the others too.)
-SELECT coalesce(sum(dispatcher_add_deliveries(e.id, e.created_at, e.workspace_id, e.type,
-                                              e.number_id, ARRAY[w.id], $5, $6, NULL)),
+-- reach dispatcher_add_deliveries, which would skip the others too.) Made in event order: a
+-- fifo subscription's join the end of their lanes in that order.
+SELECT coalesce(sum(dispatcher_add_deliveries(m.id, m.created_at, m.workspace_id, m.type,
+                                              m.number_id, ARRAY[m.webhook_id], $5, $6, NULL)),
                 0)::int
-FROM webhooks w
-JOIN events e ON e.workspace_id = w.workspace_id
-WHERE w.id = $1 AND w.workspace_id = $2
-  AND e.created_at >= $3 AND e.created_at < $4
-  AND e.expunged_at IS NULL
-  AND e.type = ANY (w.events)
-  AND (w.number_ids IS NULL OR e.number_id = ANY (w.number_ids))
-  AND (w.payload_filter IS NULL OR (e.payload::jsonb -> 'data') @> w.payload_filter)
-  AND NOT EXISTS (
-      SELECT 1 FROM deliveries d
-      WHERE d.webhook_id = w.id AND d.event_id = e.id AND d.created_at = e.created_at
-  )
+FROM (
+    SELECT e.id, e.created_at, e.workspace_id, e.type, e.number_id, w.id AS webhook_id
+    FROM webhooks w
+    JOIN events e ON e.workspace_id = w.workspace_id
+    WHERE w.id = $1 AND w.workspace_id = $2
+      AND e.created_at >= $3 AND e.created_at < $4
+      AND e.expunged_at IS NULL
+      AND e.type = ANY (w.events)
+      AND (w.number_ids IS NULL OR e.number_id = ANY (w.number_ids))
+      AND (w.payload_filter IS NULL OR (e.payload::jsonb -> 'data') @> w.payload_filter)
+      AND NOT EXISTS (
+          SELECT 1 FROM deliveries d
+          WHERE d.webhook_id = w.id AND d.event_id = e.id AND d.created_at = e.created_at
+      )
+    ORDER BY e.created_at, e.id
+) m
 
 -- name: event_deliveries_page
 -- A page of the deliveries of event $1 (created at $2: one partition) in workspace $3, deleted

@@ -39,9 +39,11 @@ LIMIT 1
 -- name: events_page
 -- A page of a workspace's events (store/pages.py adds the conditions, test events left out,
 -- the order and the limit).
-SELECT id, type, payload, created_at, expunged_at IS NOT NULL AS expunged FROM events
+SELECT id, type, payload, created_at, expunged_at IS NOT NULL AS expunged,
+       ordering_key FROM events
 
 -- name: event
 -- Event $2 of workspace $1; a test event is not part of the workspace's stream.
-SELECT id, type, payload, created_at, expunged_at IS NOT NULL AS expunged FROM events
+SELECT id, type, payload, created_at, expunged_at IS NOT NULL AS expunged,
+       ordering_key FROM events
 WHERE workspace_id = $1 AND id = $2 AND type <> 'webhook.test'

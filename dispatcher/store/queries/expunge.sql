@@ -20,7 +20,7 @@ UPDATE events
 SET payload = dispatcher_envelope(id, type, created_at, 'null'::json),
     expunged_at = coalesce(expunged_at, $3)
 WHERE workspace_id = $1 AND id = $2 AND type <> 'webhook.test'
-RETURNING id, type, payload, created_at, expunged_at IS NOT NULL AS expunged
+RETURNING id, type, payload, created_at, expunged_at IS NOT NULL AS expunged, ordering_key
 
 -- name: event_delivery_ids
 -- The ids of the deliveries of event $1 (created at $2: one partition) in workspace $3, as
@@ -58,6 +58,12 @@ UPDATE deliveries d
 SET status = 'failed', last_error = 'expunged', next_attempt_at = NULL
 FROM gone
 WHERE d.id = gone.delivery_id AND d.created_at = gone.created_at
+
+-- name: advance_lanes
+-- The ordering lanes whose head was among the deliveries $1 just given up get their next
+-- head, due at $2 (schema.sql, dispatcher_advance_lanes; after the queue rows, as the
+-- engine's record does).
+SELECT dispatcher_advance_lanes($1::text[], $2)
 
 -- name: erase_response_excerpts
 -- Erase the response excerpts of every attempt of deliveries $1 (created at $2).

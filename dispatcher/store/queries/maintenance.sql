@@ -12,6 +12,12 @@ SELECT pg_try_advisory_xact_lock($1)
 -- Create the daily partitions from day $1 to day $2 that are missing; returns how many.
 SELECT dispatcher_ensure_partitions($1, $2)
 
+-- name: advance_lanes
+-- Lanes whose head left the queue otherwise than by an attempt (a give-up on disable or
+-- delete): their next delivery heads them, due at $1, or the lane goes (schema.sql,
+-- dispatcher_advance_lanes). Lanes in use right now are left for the next run.
+SELECT dispatcher_advance_lanes(NULL, $1)
+
 -- name: rows_in_default
 -- How many rows sit outside every daily partition (in the default ones).
 SELECT (SELECT count(*) FROM events_default) + (SELECT count(*) FROM deliveries_default)

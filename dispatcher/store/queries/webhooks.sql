@@ -5,20 +5,29 @@
 -- name: create
 -- A new live subscription: $1 id, $2 workspace, $3 URL, $4 event types, $5 name, $6 number ids
 -- (NULL: every number), $7 signing secret, $8 concurrency limit (NULL: the default), $9 time,
--- $10 custom headers, $11 secret headers, $12 payload filter (NULL: none).
-INSERT INTO webhooks (id, workspace_id, url, events, name, number_ids, secret, max_concurrency,
-                      created_at, headers, secret_headers, payload_filter)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-RETURNING id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
-          disabled_at, disabled_reason, headers, payload_filter,
-          ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names
+-- $10 custom headers, $11 secret headers, $12 payload filter (NULL: none), $13 rate limit
+-- (NULL: none), $14 ordering; a rate limit gets its bucket (webhook_rates).
+WITH made AS (
+    INSERT INTO webhooks (id, workspace_id, url, events, name, number_ids, secret,
+                          max_concurrency, created_at, headers, secret_headers, payload_filter,
+                          rate_limit, ordering)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+    RETURNING id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
+              disabled_at, disabled_reason, headers, payload_filter,
+              ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names,
+              rate_limit, ordering
+), bucket AS (
+    INSERT INTO webhook_rates (webhook_id) SELECT id FROM made WHERE rate_limit IS NOT NULL
+)
+SELECT * FROM made
 
 -- name: webhook
 -- Webhook $2 of workspace $1, unless deleted.
 SELECT id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
        disabled_at, disabled_reason, headers, payload_filter,
        -- Only the names of the secret headers ever leave the database for the API.
-       ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names
+       ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names,
+       rate_limit, ordering
 FROM webhooks
 WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
 
@@ -34,7 +43,8 @@ SELECT EXISTS (
 SELECT id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
        disabled_at, disabled_reason, headers, payload_filter,
        -- Only the names of the secret headers ever leave the database for the API.
-       ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names
+       ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names,
+       rate_limit, ordering
 FROM webhooks
 
 -- name: give_up_pending
@@ -58,15 +68,16 @@ RETURNING id, workspace_id
 
 -- name: lock_webhook
 -- Lock webhook $2 of workspace $1, unless deleted, for a change; returns whether it is
--- disabled, and its custom headers (a change to one object is checked with the other).
-SELECT id, disabled_at, headers, secret_headers FROM webhooks
+-- disabled, its custom headers (a change to one object is checked with the other) and its
+-- ordering.
+SELECT id, disabled_at, headers, secret_headers, ordering FROM webhooks
 WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
 FOR UPDATE
 
 -- name: update
 -- Apply a change to webhook $1: the URL ($3), event types ($5), name ($7), number ids ($9),
--- concurrency limit ($11), custom headers ($13), secret headers ($15) and payload filter ($17)
--- each change when its flag ($2, $4, ... $16) is true.
+-- concurrency limit ($11), custom headers ($13), secret headers ($15), payload filter ($17),
+-- rate limit ($19) and ordering ($21) each change when its flag ($2, $4, ... $20) is true.
 UPDATE webhooks SET
     url = CASE WHEN $2::boolean THEN $3 ELSE url END,
     events = CASE WHEN $4::boolean THEN $5 ELSE events END,
@@ -75,8 +86,48 @@ UPDATE webhooks SET
     max_concurrency = CASE WHEN $10::boolean THEN $11 ELSE max_concurrency END,
     headers = CASE WHEN $12::boolean THEN $13 ELSE headers END,
     secret_headers = CASE WHEN $14::boolean THEN $15 ELSE secret_headers END,
-    payload_filter = CASE WHEN $16::boolean THEN $17 ELSE payload_filter END
+    payload_filter = CASE WHEN $16::boolean THEN $17 ELSE payload_filter END,
+    rate_limit = CASE WHEN $18::boolean THEN $19 ELSE rate_limit END,
+    ordering = CASE WHEN $20::boolean THEN $21 ELSE ordering END
 WHERE id = $1
+
+-- name: add_bucket
+-- Webhook $1 has a rate limit: its token bucket (webhook_rates), full; one it has is kept.
+INSERT INTO webhook_rates (webhook_id) VALUES ($1) ON CONFLICT DO NOTHING
+
+-- name: drop_bucket
+-- Webhook $1 has no rate limit any more: its bucket goes.
+DELETE FROM webhook_rates WHERE webhook_id = $1
+
+-- name: join_lanes
+-- Webhook $1 turned fifo: its deliveries not yet attempted (nor in flight, nor tests) join
+-- their ordering lanes, in event order; the claims sort each lane out (schema.sql,
+-- delivery_lanes). Deliveries already attempted carry on outside any lane.
+UPDATE delivery_queue q
+SET lane = joining.lane, lane_seq = joining.seq
+FROM (
+    SELECT o.delivery_id, o.lane, nextval('delivery_lane_seq') AS seq
+    FROM (
+        SELECT w.delivery_id, coalesce(e.ordering_key, '') AS lane
+        FROM delivery_queue w
+        JOIN events e ON e.id = w.event_id AND e.created_at = w.created_at
+        WHERE w.webhook_id = $1 AND w.lane IS NULL AND w.attempts = 0
+          AND w.lease_owner IS NULL AND NOT w.is_test
+        ORDER BY w.created_at, w.event_id
+    ) o
+) joining
+WHERE q.delivery_id = joining.delivery_id AND q.lease_owner IS NULL
+
+-- name: leave_lanes
+-- Webhook $1 is no longer fifo: its deliveries leave their lanes, and those waiting in one
+-- are due at once ($2). One in flight keeps its lane until it settles (nothing waits on it).
+WITH released AS (
+    UPDATE delivery_queue
+    SET lane = NULL, lane_seq = NULL,
+        due_at = CASE WHEN due_at = 'infinity' THEN $2 ELSE due_at END
+    WHERE webhook_id = $1 AND lane IS NOT NULL AND lease_owner IS NULL
+)
+DELETE FROM delivery_lanes WHERE webhook_id = $1
 
 -- name: enable
 -- Make webhook $1 live again, its failure clock reset.
