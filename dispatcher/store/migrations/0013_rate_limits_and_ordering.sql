@@ -108,7 +108,11 @@ CREATE OR REPLACE FUNCTION dispatcher_add_deliveries(
     p_number_id text, p_webhook_ids text[], p_due_at timestamptz, p_trigger text,
     p_excluded_webhook_id text
 ) RETURNS integer
-LANGUAGE plpgsql AS $$
+-- One generic plan for its statement, kept for the session: with the default, the planner
+-- prefers a custom plan per call (it can fold p_webhook_ids away), and planning the statement
+-- costs Postgres more than running it (publish measured at 550 against 190 µs of CPU with no
+-- subscriber).
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     fanned integer;
 BEGIN
