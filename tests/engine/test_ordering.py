@@ -299,3 +299,29 @@ async def test_a_lane_whose_head_was_given_up_on_disable_moves_on(
     assert report.ran
     async with db.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM delivery_lanes") == 0
+
+
+async def test_an_expunged_head_moves_its_lane_on_at_once(
+    client: TestClient[Any, Any], ws: Workspace, receiver: Receiver, engines: Engines,
+) -> None:  # fmt: skip
+    """The head waits for a retry; expunging its event gives it up, and the next delivery of
+    the lane goes without waiting for the maintenance loop."""
+    receiver.behaviours[PATH] = by_data_id({"E1": [500]})
+    hook = await subscribe(client, ws, receiver.url(PATH), ordering="fifo")
+    first = await publish(client, ws, "E1", key="CV1")
+    await publish(client, ws, "E2", key="CV1")
+    running = await engines(1)
+
+    async def retrying() -> bool:
+        return bool((await delivery_of(client, ws, hook["id"], "E1"))["attempts"] == 1)
+
+    await poke_until(running, retrying, "the head failed once")
+    for engine in running:
+        await engine.claim_once()
+    assert event_ids(receiver) == ["E1"]  # E2 waits behind its head
+    resp = await client.post(f"/v1/events/{first['id']}/expunge", headers=ws.headers)
+    assert resp.status == 200, await resp.text()
+    await poke_until(running, lambda: "E2" in event_ids(receiver), "E2 sent")
+    assert event_ids(receiver) == ["E1", "E2"]
+    erased = [d for d in await deliveries(client, ws, hook["id"]) if d["expunged"]]
+    assert [(d["status"], d["lastError"]) for d in erased] == [("failed", "expunged")]
