@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import dispatcher.store
-from dispatcher.store import messages, queries
+from dispatcher.domain.health import BUCKETS, OUTCOMES
+from dispatcher.store import messages, queries, queue, stats
 from dispatcher.store.database import Database
 from dispatcher.store.queries import Queries, QueryFileError, parse
 
@@ -140,3 +142,78 @@ def test_the_files_ship_in_the_wheel() -> None:
     package_data = config["tool"]["setuptools"]["package-data"]
     assert "*.sql" in package_data["dispatcher.store.queries"]
     assert (ROOT / "dispatcher" / "store" / "queries" / "__init__.py").exists()
+
+
+def _steps(sql: str) -> tuple[str, str, str]:
+    """A claim cut in three: the steps before its walk, the walk, and every step after it."""
+    walk = re.search(r"^\), (?:due|visited) AS \($", sql, re.MULTILINE)
+    rest = re.search(r"^\), busy AS \($", sql, re.MULTILINE)
+    assert walk is not None and rest is not None and walk.start() < rest.start(), sql[:200]
+    return sql[: walk.start()], sql[walk.start() : rest.start()], sql[rest.start() :]
+
+
+def test_the_three_claims_differ_only_in_their_walk() -> None:
+    """queue.sql writes the claim out three times (head walk, window, endpoint visits): what
+    comes before the walk (saturated and limited endpoints) and after it (slots, lanes, rates,
+    leases, what is returned) must stay the same text in all three."""
+    claims = {
+        "claim": _steps(queue.SQL.claim),
+        "claim_window": _steps(queue.SQL.claim_window),
+        "claim_endpoints": _steps(queue.SQL.claim_endpoints),
+    }
+    before, _, after = claims["claim"]
+    for name, (their_before, _, their_after) in claims.items():
+        assert their_before == before, f"{name}: the steps before the walk differ from claim's"
+        assert their_after == after, f"{name}: the steps after the walk differ from claim's"
+    assert len({walk for _, walk, _ in claims.values()}) == 3
+
+
+def _words(sql: str) -> str:
+    """A statement as the database reads it: comments gone, any run of blanks one space, none
+    inside brackets' edges."""
+    sql = re.sub(r"\s+", " ", re.sub(r"--[^\n]*", "", sql)).strip()
+    return re.sub(r" ([)\]])", r"\1", re.sub(r"([(\[]) ", r"\1", sql))
+
+
+def test_the_stats_statements_spell_out_the_domains_outcomes_and_buckets() -> None:
+    """stats.sql writes out a column per outcome and the histogram bucket by bucket; the one
+    home of both is dispatcher.domain.health (OUTCOMES, in the order of a tally's counts, and
+    BUCKETS). Every place that spells them out agrees with it."""
+    counts = [str(outcome) for outcome in OUTCOMES] + ["delivered", "failed"]
+    columns = ", ".join(counts)
+    # record_batch's arrays, in rollup_arguments' order; the engine after them.
+    arrays = ["text", "text", "timestamptz", *["int"] * len(counts)]
+    arrays += ["timestamptz", "timestamptz", "text"]
+    unnest = ", ".join(f"${i}::{kind}[]" for i, kind in enumerate(arrays, 1))
+    engine = f"${len(arrays) + 1}"
+    added = ", ".join(
+        f"r.response_ms[{i}] + excluded.response_ms[{i}]" for i in range(1, BUCKETS + 1)
+    )
+    totals = ", ".join(f"{c} = r.{c} + excluded.{c}" for c in counts)
+
+    record_batch = _words(stats.SQL.record_batch)
+    tally = ", ".join(f"t.{c}" for c in counts)
+    assert f"SELECT t.span, t.webhook_id, t.starts_at, {tally}, t.last_success_at, " in record_batch
+    assert (
+        f"FROM unnest({unnest}) AS t(span, webhook_id, starts_at, {columns}, last_success_at, "
+        "last_failure_at, histogram)" in record_batch
+    )
+    for table, key, latest in (
+        ("webhook_stats_minutes", "minute", ""),
+        ("webhook_stats_hours", "hour", ", last_success_at, last_failure_at"),
+    ):
+        assert (
+            f"INSERT INTO {table} AS r (webhook_id, {key}, {columns}, response_ms{latest}, engine) "
+            f"SELECT webhook_id, starts_at, {columns}, response_ms{latest}, {engine} "
+            f"FROM tally WHERE span = '{key}' "
+        ) in record_batch
+    assert record_batch.count(f"SET {totals}, response_ms = CASE ") == 2
+    assert re.findall(r"ARRAY\[(.*?)\] END", record_batch) == [added, added]
+
+    endpoint_health = _words(stats.SQL.endpoint_health)
+    assert endpoint_health.count(f"SELECT {columns}, response_ms FROM ") == 3
+    sums = ", ".join(f"coalesce(sum({c}), 0) AS {c}" for c in counts)
+    assert f"SELECT {sums}, array_agg(response_ms) " in endpoint_health
+
+    per_minute = ", ".join(f"sum({outcome}) AS {outcome}" for outcome in OUTCOMES)
+    assert f"SELECT minute, {per_minute} FROM " in _words(stats.SQL.attempts_per_minute)

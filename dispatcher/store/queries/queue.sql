@@ -1,0 +1,775 @@
+-- The engine's statements (dispatcher/store/queue.py says what the queue is, how a lease holds
+-- and how a late result is fenced off): the claim, the record of a batch of attempts, the
+-- failure clocks, the release of leases, the heartbeat, and the gauges' reads of the queue.
+--
+-- The claim is one statement in three variants that differ only in how they find due rows
+-- (their `due` step, and `visited` before it): `claim` walks the head of the due index,
+-- `claim_window` the same within a window, `claim_endpoints` visits a few endpoints from a
+-- random point. The steps before the walk (`saturated`, `limited`) and after it (slots, lanes,
+-- rates, leases, what it returns) are written out in each, word for word:
+-- tests/store/test_queries.py checks that they stay so. Their parameters: $1 now (rows due at
+-- or before it), $2 the engine claiming (the lease owner), $3 how many rows at most, $4 the
+-- slots of an endpoint without a max_concurrency of its own; $5 and $6 as each variant says.
+
+-- name: index_walks_only
+-- The planner settings the engine's statements run under, sent first in their transaction (and
+-- by store/stats.py before its window read). They read a handful of rows through indexes,
+-- whatever the table sizes: their plans must not depend on statistics, or a database nobody has
+-- analyzed (a fresh one with a burst of work; autovacuum never analyzes a partitioned parent)
+-- would get plans that read and sort the whole backlog. Until the transaction ends, the planner
+-- is left only index scans (a bitmap scan loses the index order; a sequential scan reads
+-- everything).
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off
+
+-- name: claim
+-- Lease up to $3 rows due at $1 to engine $2, due order first: at most each endpoint's free
+-- slots (counted across every engine; $4 for an endpoint without max_concurrency) and, for a
+-- rate-limited one, the whole tokens in its bucket; of an ordering lane, only its head. A walked
+-- row whose event was expunged, or whose webhook is disabled or deleted, is given up instead.
+-- Returns each leased row with all that sending it needs. This one walks the head of the due
+-- index (delivery_queue_due), reading about as many entries as it takes.
+WITH saturated AS (
+    -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
+    -- flight). They are left out of the walk below, so that a slow or hanging endpoint's
+    -- backlog never fills a claim.
+    SELECT l.webhook_id
+    FROM delivery_queue l
+    JOIN webhooks w ON w.id = l.webhook_id
+    WHERE l.lease_owner IS NOT NULL
+    GROUP BY l.webhook_id, w.max_concurrency
+    HAVING count(*) >= coalesce(w.max_concurrency, $4)
+), limited AS (
+    -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
+    -- walk passes their backlog by too, as a saturated one's. Read through the index: only
+    -- the endpoints waiting now.
+    SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
+), due AS (
+    -- Due rows in due order, walking delivery_queue_due lazily: a claim reads about as many
+    -- entries as it takes (plus those of saturated endpoints it passes). Rows another engine
+    -- is claiming right now are skipped, not waited for.
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
+    FROM delivery_queue q
+    WHERE q.due_at <= $1
+      AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
+      AND q.webhook_id NOT IN (SELECT webhook_id FROM limited)
+    ORDER BY q.due_at
+    LIMIT $3
+    FOR UPDATE OF q SKIP LOCKED
+-- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
+-- in the three claims, word for word).
+), busy AS (
+    -- Requests in flight now for the endpoints just walked.
+    SELECT l.webhook_id, count(*) AS n
+    FROM delivery_queue l
+    WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
+    GROUP BY l.webhook_id
+-- Ordered delivery (delivery_lanes in schema.sql): what the claim does with the fifo rows it
+-- walked (`lane` not NULL; none in the common case, and then these steps read nothing).
+), walked_lanes AS (
+    -- The lanes of the rows walked, as this statement's snapshot knows them.
+    SELECT d.webhook_id, d.lane,
+           EXISTS (SELECT 1 FROM delivery_lanes l
+                   WHERE l.webhook_id = d.webhook_id AND l.lane = d.lane) AS known
+    FROM (SELECT DISTINCT webhook_id, lane FROM due WHERE lane IS NOT NULL) d
+), held_lanes AS (
+    -- Known lanes, locked: their head as it is now. A lane another claim or a record holds
+    -- is left alone (its rows neither taken nor parked by this claim).
+    SELECT l.webhook_id, l.lane, l.head_id
+    FROM walked_lanes k
+    CROSS JOIN LATERAL (
+        SELECT * FROM delivery_lanes l
+        WHERE l.webhook_id = k.webhook_id AND l.lane = k.lane
+        FOR UPDATE SKIP LOCKED
+    ) l
+    WHERE k.known
+), made_lanes AS (
+    -- New lanes, headed by their first member (made by another claim meanwhile: left alone).
+    INSERT INTO delivery_lanes (webhook_id, lane, head_id)
+    SELECT k.webhook_id, k.lane,
+           (SELECT m.delivery_id FROM delivery_queue m
+            WHERE m.webhook_id = k.webhook_id AND m.lane = k.lane
+            ORDER BY m.lane_seq LIMIT 1)
+    FROM walked_lanes k
+    WHERE NOT k.known
+    ORDER BY k.webhook_id, k.lane
+    ON CONFLICT DO NOTHING
+    RETURNING webhook_id, lane, head_id
+), heads AS (
+    -- The head of each lane this claim holds. A head no longer in the queue (given up on a
+    -- disable or a delete) is replaced by the lane's first member.
+    SELECT webhook_id, lane, head_id, false AS named FROM made_lanes
+    UNION ALL
+    SELECT h.webhook_id, h.lane,
+           CASE WHEN h.queued THEN h.head_id
+                ELSE (SELECT m.delivery_id FROM delivery_queue m
+                      WHERE m.webhook_id = h.webhook_id AND m.lane = h.lane
+                      ORDER BY m.lane_seq LIMIT 1)
+           END,
+           NOT h.queued
+    FROM (
+        SELECT held_lanes.*,
+               EXISTS (SELECT 1 FROM delivery_queue s WHERE s.delivery_id = head_id) AS queued
+        FROM held_lanes
+    ) h
+), renamed AS (
+    UPDATE delivery_lanes l
+    SET head_id = heads.head_id
+    FROM heads
+    WHERE heads.named AND heads.head_id IS NOT NULL
+      AND l.webhook_id = heads.webhook_id AND l.lane = heads.lane
+), woken AS (
+    -- A head named so may have been parked: it is due now. (Parked: `due_at` infinite, read
+    -- off the row found by its id; as an index condition it would walk every parked row.)
+    UPDATE delivery_queue q
+    SET due_at = $1
+    FROM heads
+    WHERE heads.named AND q.delivery_id = heads.head_id
+      AND NOT isfinite(q.due_at) AND q.lease_owner IS NULL
+), parked AS (
+    -- The rows walked that are not their lane's head wait out of the due walk until it
+    -- settles (dispatcher_advance_lanes).
+    UPDATE delivery_queue q
+    SET due_at = 'infinity'
+    FROM due
+    JOIN heads ON heads.webhook_id = due.webhook_id AND heads.lane = due.lane
+    WHERE q.delivery_id = due.delivery_id AND due.delivery_id IS DISTINCT FROM heads.head_id
+), ranked AS (
+    -- Per endpoint, only as many rows as it has free slots. A row whose event was expunged,
+    -- or whose webhook was disabled or deleted, gets `stopped` (why it is given up): such
+    -- rows come up only when a lease taken before the expunge or the disable was handed back
+    -- unrecorded (its engine died or stopped), since both settle every row not in flight at
+    -- once. A lane's row is a candidate only as its head.
+    SELECT due.delivery_id, due.webhook_id, due.due_at, w.rate_limit,
+           row_number() OVER (PARTITION BY due.webhook_id
+                              ORDER BY due.due_at, due.delivery_id) AS rank,
+           coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
+           CASE WHEN due.expunged THEN 'expunged'
+                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+                WHEN w.disabled_at IS NOT NULL AND NOT due.is_test THEN 'webhook disabled'
+           END AS stopped
+    FROM due
+    JOIN webhooks w ON w.id = due.webhook_id
+    LEFT JOIN busy ON busy.webhook_id = due.webhook_id
+    WHERE due.lane IS NULL OR due.delivery_id IN (SELECT head_id FROM heads)
+-- Rate limits (webhook_rates in schema.sql): a limited endpoint gets no more rows than its
+-- bucket holds. A bucket another engine is taking from right now is skipped: nothing goes to
+-- that endpoint from this claim. 0.03: the bucket's catch-up, in seconds (how late a claim may
+-- come for an endpoint's next request and still start it; B = 1 + R x 0.03).
+), buckets AS (
+    -- `tokens`: what the bucket holds now, min(B, 1 + R (t - ready_at)), whole ones.
+    SELECT b.*,
+           floor(greatest(0, least(1 + b.rate_limit * 0.03,
+                                   1 + b.rate_limit * (extract(epoch FROM b.at)
+                                                       - extract(epoch FROM b.ready_at)))))
+               AS tokens
+    FROM (
+        SELECT r.webhook_id, r.ready_at, k.rate_limit, clock_timestamp() AS at
+        FROM (SELECT DISTINCT webhook_id, rate_limit FROM ranked
+              WHERE rate_limit IS NOT NULL) k
+        CROSS JOIN LATERAL (
+            SELECT * FROM webhook_rates r
+            WHERE r.webhook_id = k.webhook_id
+            FOR UPDATE SKIP LOCKED
+        ) r
+    ) b
+), taken AS (
+    -- What this claim takes from each bucket (as the lease below counts it).
+    UPDATE webhook_rates r
+    SET ready_at = greatest(b.ready_at, b.at - interval '0.03 seconds')
+                   + make_interval(secs => g.n::float8 / b.rate_limit)
+    FROM buckets b
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM ranked
+        WHERE ranked.webhook_id = b.webhook_id AND ranked.stopped IS NULL
+          AND ranked.rank <= least(ranked.free, b.tokens)
+    ) g
+    WHERE r.webhook_id = b.webhook_id AND g.n > 0
+), given_up AS (
+    DELETE FROM delivery_queue q
+    USING ranked
+    WHERE q.delivery_id = ranked.delivery_id AND ranked.stopped IS NOT NULL
+    RETURNING q.delivery_id, q.created_at, ranked.stopped
+), settled AS (
+    UPDATE deliveries d
+    SET status = 'failed', last_error = g.stopped, next_attempt_at = NULL
+    FROM given_up g
+    WHERE d.id = g.delivery_id AND d.created_at = g.created_at
+)
+UPDATE delivery_queue q
+SET lease_owner = $2, due_at = 'infinity'
+FROM ranked LEFT JOIN buckets ON buckets.webhook_id = ranked.webhook_id, webhooks w, events e
+WHERE q.delivery_id = ranked.delivery_id
+  AND ranked.stopped IS NULL
+  AND ranked.rank <= CASE WHEN ranked.rate_limit IS NULL THEN ranked.free
+                          ELSE least(ranked.free, coalesce(buckets.tokens, 0)) END
+  AND w.id = q.webhook_id
+  AND e.id = q.event_id
+  AND e.created_at = q.created_at
+RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
+          e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
+          w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
+          q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
+          q.lane IS NOT NULL AS in_lane
+
+-- name: claim_window
+-- The claim (as `claim` says, and word for word but its walk), walking the due index within a
+-- window of its first $5 entries: for when much of the backlog's head belongs to saturated
+-- endpoints, so that a claim that finds little has read about twice the window, not the whole
+-- backlog.
+WITH saturated AS (
+    -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
+    -- flight). They are left out of the walk below, so that a slow or hanging endpoint's
+    -- backlog never fills a claim.
+    SELECT l.webhook_id
+    FROM delivery_queue l
+    JOIN webhooks w ON w.id = l.webhook_id
+    WHERE l.lease_owner IS NOT NULL
+    GROUP BY l.webhook_id, w.max_concurrency
+    HAVING count(*) >= coalesce(w.max_concurrency, $4)
+), limited AS (
+    -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
+    -- walk passes their backlog by too, as a saturated one's. Read through the index: only
+    -- the endpoints waiting now.
+    SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
+), due AS (
+    -- The same walk, within a window of the due index's first $5 entries: when much of the
+    -- head of the backlog belongs to saturated endpoints, a claim still reads at most about
+    -- twice the window, not the whole backlog.
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
+    FROM delivery_queue q
+    WHERE q.due_at <= $1
+      -- The window's end: the due time of its last entry (NULL: fewer due rows than that).
+      AND q.due_at <= coalesce(
+          (SELECT w.due_at FROM delivery_queue w WHERE w.due_at <= $1
+           ORDER BY w.due_at OFFSET $5 - 1 LIMIT 1),
+          $1)
+      AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
+      AND q.webhook_id NOT IN (SELECT webhook_id FROM limited)
+    ORDER BY q.due_at
+    LIMIT $3
+    FOR UPDATE OF q SKIP LOCKED
+-- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
+-- in the three claims, word for word).
+), busy AS (
+    -- Requests in flight now for the endpoints just walked.
+    SELECT l.webhook_id, count(*) AS n
+    FROM delivery_queue l
+    WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
+    GROUP BY l.webhook_id
+-- Ordered delivery (delivery_lanes in schema.sql): what the claim does with the fifo rows it
+-- walked (`lane` not NULL; none in the common case, and then these steps read nothing).
+), walked_lanes AS (
+    -- The lanes of the rows walked, as this statement's snapshot knows them.
+    SELECT d.webhook_id, d.lane,
+           EXISTS (SELECT 1 FROM delivery_lanes l
+                   WHERE l.webhook_id = d.webhook_id AND l.lane = d.lane) AS known
+    FROM (SELECT DISTINCT webhook_id, lane FROM due WHERE lane IS NOT NULL) d
+), held_lanes AS (
+    -- Known lanes, locked: their head as it is now. A lane another claim or a record holds
+    -- is left alone (its rows neither taken nor parked by this claim).
+    SELECT l.webhook_id, l.lane, l.head_id
+    FROM walked_lanes k
+    CROSS JOIN LATERAL (
+        SELECT * FROM delivery_lanes l
+        WHERE l.webhook_id = k.webhook_id AND l.lane = k.lane
+        FOR UPDATE SKIP LOCKED
+    ) l
+    WHERE k.known
+), made_lanes AS (
+    -- New lanes, headed by their first member (made by another claim meanwhile: left alone).
+    INSERT INTO delivery_lanes (webhook_id, lane, head_id)
+    SELECT k.webhook_id, k.lane,
+           (SELECT m.delivery_id FROM delivery_queue m
+            WHERE m.webhook_id = k.webhook_id AND m.lane = k.lane
+            ORDER BY m.lane_seq LIMIT 1)
+    FROM walked_lanes k
+    WHERE NOT k.known
+    ORDER BY k.webhook_id, k.lane
+    ON CONFLICT DO NOTHING
+    RETURNING webhook_id, lane, head_id
+), heads AS (
+    -- The head of each lane this claim holds. A head no longer in the queue (given up on a
+    -- disable or a delete) is replaced by the lane's first member.
+    SELECT webhook_id, lane, head_id, false AS named FROM made_lanes
+    UNION ALL
+    SELECT h.webhook_id, h.lane,
+           CASE WHEN h.queued THEN h.head_id
+                ELSE (SELECT m.delivery_id FROM delivery_queue m
+                      WHERE m.webhook_id = h.webhook_id AND m.lane = h.lane
+                      ORDER BY m.lane_seq LIMIT 1)
+           END,
+           NOT h.queued
+    FROM (
+        SELECT held_lanes.*,
+               EXISTS (SELECT 1 FROM delivery_queue s WHERE s.delivery_id = head_id) AS queued
+        FROM held_lanes
+    ) h
+), renamed AS (
+    UPDATE delivery_lanes l
+    SET head_id = heads.head_id
+    FROM heads
+    WHERE heads.named AND heads.head_id IS NOT NULL
+      AND l.webhook_id = heads.webhook_id AND l.lane = heads.lane
+), woken AS (
+    -- A head named so may have been parked: it is due now. (Parked: `due_at` infinite, read
+    -- off the row found by its id; as an index condition it would walk every parked row.)
+    UPDATE delivery_queue q
+    SET due_at = $1
+    FROM heads
+    WHERE heads.named AND q.delivery_id = heads.head_id
+      AND NOT isfinite(q.due_at) AND q.lease_owner IS NULL
+), parked AS (
+    -- The rows walked that are not their lane's head wait out of the due walk until it
+    -- settles (dispatcher_advance_lanes).
+    UPDATE delivery_queue q
+    SET due_at = 'infinity'
+    FROM due
+    JOIN heads ON heads.webhook_id = due.webhook_id AND heads.lane = due.lane
+    WHERE q.delivery_id = due.delivery_id AND due.delivery_id IS DISTINCT FROM heads.head_id
+), ranked AS (
+    -- Per endpoint, only as many rows as it has free slots. A row whose event was expunged,
+    -- or whose webhook was disabled or deleted, gets `stopped` (why it is given up): such
+    -- rows come up only when a lease taken before the expunge or the disable was handed back
+    -- unrecorded (its engine died or stopped), since both settle every row not in flight at
+    -- once. A lane's row is a candidate only as its head.
+    SELECT due.delivery_id, due.webhook_id, due.due_at, w.rate_limit,
+           row_number() OVER (PARTITION BY due.webhook_id
+                              ORDER BY due.due_at, due.delivery_id) AS rank,
+           coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
+           CASE WHEN due.expunged THEN 'expunged'
+                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+                WHEN w.disabled_at IS NOT NULL AND NOT due.is_test THEN 'webhook disabled'
+           END AS stopped
+    FROM due
+    JOIN webhooks w ON w.id = due.webhook_id
+    LEFT JOIN busy ON busy.webhook_id = due.webhook_id
+    WHERE due.lane IS NULL OR due.delivery_id IN (SELECT head_id FROM heads)
+-- Rate limits (webhook_rates in schema.sql): a limited endpoint gets no more rows than its
+-- bucket holds. A bucket another engine is taking from right now is skipped: nothing goes to
+-- that endpoint from this claim. 0.03: the bucket's catch-up, in seconds (how late a claim may
+-- come for an endpoint's next request and still start it; B = 1 + R x 0.03).
+), buckets AS (
+    -- `tokens`: what the bucket holds now, min(B, 1 + R (t - ready_at)), whole ones.
+    SELECT b.*,
+           floor(greatest(0, least(1 + b.rate_limit * 0.03,
+                                   1 + b.rate_limit * (extract(epoch FROM b.at)
+                                                       - extract(epoch FROM b.ready_at)))))
+               AS tokens
+    FROM (
+        SELECT r.webhook_id, r.ready_at, k.rate_limit, clock_timestamp() AS at
+        FROM (SELECT DISTINCT webhook_id, rate_limit FROM ranked
+              WHERE rate_limit IS NOT NULL) k
+        CROSS JOIN LATERAL (
+            SELECT * FROM webhook_rates r
+            WHERE r.webhook_id = k.webhook_id
+            FOR UPDATE SKIP LOCKED
+        ) r
+    ) b
+), taken AS (
+    -- What this claim takes from each bucket (as the lease below counts it).
+    UPDATE webhook_rates r
+    SET ready_at = greatest(b.ready_at, b.at - interval '0.03 seconds')
+                   + make_interval(secs => g.n::float8 / b.rate_limit)
+    FROM buckets b
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM ranked
+        WHERE ranked.webhook_id = b.webhook_id AND ranked.stopped IS NULL
+          AND ranked.rank <= least(ranked.free, b.tokens)
+    ) g
+    WHERE r.webhook_id = b.webhook_id AND g.n > 0
+), given_up AS (
+    DELETE FROM delivery_queue q
+    USING ranked
+    WHERE q.delivery_id = ranked.delivery_id AND ranked.stopped IS NOT NULL
+    RETURNING q.delivery_id, q.created_at, ranked.stopped
+), settled AS (
+    UPDATE deliveries d
+    SET status = 'failed', last_error = g.stopped, next_attempt_at = NULL
+    FROM given_up g
+    WHERE d.id = g.delivery_id AND d.created_at = g.created_at
+)
+UPDATE delivery_queue q
+SET lease_owner = $2, due_at = 'infinity'
+FROM ranked LEFT JOIN buckets ON buckets.webhook_id = ranked.webhook_id, webhooks w, events e
+WHERE q.delivery_id = ranked.delivery_id
+  AND ranked.stopped IS NULL
+  AND ranked.rank <= CASE WHEN ranked.rate_limit IS NULL THEN ranked.free
+                          ELSE least(ranked.free, coalesce(buckets.tokens, 0)) END
+  AND w.id = q.webhook_id
+  AND e.id = q.event_id
+  AND e.created_at = q.created_at
+RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
+          e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
+          w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
+          q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
+          q.lane IS NOT NULL AS in_lane
+
+-- name: claim_endpoints
+-- The claim (as `claim` says, and word for word but its walk), visiting up to $5 live,
+-- unsaturated endpoints in id order from a random id $6, wrapping around, and walking each one's
+-- due rows: sent after a window claim that came back short, so that a backlog at the head of the
+-- due index cannot starve the endpoints behind it.
+WITH saturated AS (
+    -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
+    -- flight). They are left out of the walk below, so that a slow or hanging endpoint's
+    -- backlog never fills a claim.
+    SELECT l.webhook_id
+    FROM delivery_queue l
+    JOIN webhooks w ON w.id = l.webhook_id
+    WHERE l.lease_owner IS NOT NULL
+    GROUP BY l.webhook_id, w.max_concurrency
+    HAVING count(*) >= coalesce(w.max_concurrency, $4)
+), limited AS (
+    -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
+    -- walk passes their backlog by too, as a saturated one's. Read through the index: only
+    -- the endpoints waiting now.
+    SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
+), visited AS (
+    -- Endpoints beyond the window get their turn: up to $5 live, unsaturated endpoints in id
+    -- order from a random point $6 (ids are random, so every endpoint is visited as often),
+    -- wrapping around. Run when a head walk came back short: a backlog at the head of the
+    -- due index cannot starve the endpoints behind it.
+    SELECT id, max_concurrency FROM (
+        (SELECT w.id, w.max_concurrency FROM webhooks w
+         WHERE w.id >= $6 AND w.deleted_at IS NULL ORDER BY w.id LIMIT $5)
+        UNION ALL
+        (SELECT w.id, w.max_concurrency FROM webhooks w
+         WHERE w.id < $6 AND w.deleted_at IS NULL ORDER BY w.id LIMIT $5)
+    ) ring
+    WHERE id NOT IN (SELECT webhook_id FROM saturated)
+      AND id NOT IN (SELECT webhook_id FROM limited)
+    LIMIT $5
+), due AS (
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
+    FROM visited v
+    CROSS JOIN LATERAL (
+        SELECT delivery_id FROM delivery_queue
+        WHERE webhook_id = v.id AND due_at <= $1
+        ORDER BY due_at
+        LIMIT coalesce(v.max_concurrency, $4)
+    ) mine
+    JOIN delivery_queue q ON q.delivery_id = mine.delivery_id
+    WHERE q.due_at <= $1
+    ORDER BY q.due_at
+    LIMIT $3
+    FOR UPDATE OF q SKIP LOCKED
+-- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
+-- in the three claims, word for word).
+), busy AS (
+    -- Requests in flight now for the endpoints just walked.
+    SELECT l.webhook_id, count(*) AS n
+    FROM delivery_queue l
+    WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
+    GROUP BY l.webhook_id
+-- Ordered delivery (delivery_lanes in schema.sql): what the claim does with the fifo rows it
+-- walked (`lane` not NULL; none in the common case, and then these steps read nothing).
+), walked_lanes AS (
+    -- The lanes of the rows walked, as this statement's snapshot knows them.
+    SELECT d.webhook_id, d.lane,
+           EXISTS (SELECT 1 FROM delivery_lanes l
+                   WHERE l.webhook_id = d.webhook_id AND l.lane = d.lane) AS known
+    FROM (SELECT DISTINCT webhook_id, lane FROM due WHERE lane IS NOT NULL) d
+), held_lanes AS (
+    -- Known lanes, locked: their head as it is now. A lane another claim or a record holds
+    -- is left alone (its rows neither taken nor parked by this claim).
+    SELECT l.webhook_id, l.lane, l.head_id
+    FROM walked_lanes k
+    CROSS JOIN LATERAL (
+        SELECT * FROM delivery_lanes l
+        WHERE l.webhook_id = k.webhook_id AND l.lane = k.lane
+        FOR UPDATE SKIP LOCKED
+    ) l
+    WHERE k.known
+), made_lanes AS (
+    -- New lanes, headed by their first member (made by another claim meanwhile: left alone).
+    INSERT INTO delivery_lanes (webhook_id, lane, head_id)
+    SELECT k.webhook_id, k.lane,
+           (SELECT m.delivery_id FROM delivery_queue m
+            WHERE m.webhook_id = k.webhook_id AND m.lane = k.lane
+            ORDER BY m.lane_seq LIMIT 1)
+    FROM walked_lanes k
+    WHERE NOT k.known
+    ORDER BY k.webhook_id, k.lane
+    ON CONFLICT DO NOTHING
+    RETURNING webhook_id, lane, head_id
+), heads AS (
+    -- The head of each lane this claim holds. A head no longer in the queue (given up on a
+    -- disable or a delete) is replaced by the lane's first member.
+    SELECT webhook_id, lane, head_id, false AS named FROM made_lanes
+    UNION ALL
+    SELECT h.webhook_id, h.lane,
+           CASE WHEN h.queued THEN h.head_id
+                ELSE (SELECT m.delivery_id FROM delivery_queue m
+                      WHERE m.webhook_id = h.webhook_id AND m.lane = h.lane
+                      ORDER BY m.lane_seq LIMIT 1)
+           END,
+           NOT h.queued
+    FROM (
+        SELECT held_lanes.*,
+               EXISTS (SELECT 1 FROM delivery_queue s WHERE s.delivery_id = head_id) AS queued
+        FROM held_lanes
+    ) h
+), renamed AS (
+    UPDATE delivery_lanes l
+    SET head_id = heads.head_id
+    FROM heads
+    WHERE heads.named AND heads.head_id IS NOT NULL
+      AND l.webhook_id = heads.webhook_id AND l.lane = heads.lane
+), woken AS (
+    -- A head named so may have been parked: it is due now. (Parked: `due_at` infinite, read
+    -- off the row found by its id; as an index condition it would walk every parked row.)
+    UPDATE delivery_queue q
+    SET due_at = $1
+    FROM heads
+    WHERE heads.named AND q.delivery_id = heads.head_id
+      AND NOT isfinite(q.due_at) AND q.lease_owner IS NULL
+), parked AS (
+    -- The rows walked that are not their lane's head wait out of the due walk until it
+    -- settles (dispatcher_advance_lanes).
+    UPDATE delivery_queue q
+    SET due_at = 'infinity'
+    FROM due
+    JOIN heads ON heads.webhook_id = due.webhook_id AND heads.lane = due.lane
+    WHERE q.delivery_id = due.delivery_id AND due.delivery_id IS DISTINCT FROM heads.head_id
+), ranked AS (
+    -- Per endpoint, only as many rows as it has free slots. A row whose event was expunged,
+    -- or whose webhook was disabled or deleted, gets `stopped` (why it is given up): such
+    -- rows come up only when a lease taken before the expunge or the disable was handed back
+    -- unrecorded (its engine died or stopped), since both settle every row not in flight at
+    -- once. A lane's row is a candidate only as its head.
+    SELECT due.delivery_id, due.webhook_id, due.due_at, w.rate_limit,
+           row_number() OVER (PARTITION BY due.webhook_id
+                              ORDER BY due.due_at, due.delivery_id) AS rank,
+           coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
+           CASE WHEN due.expunged THEN 'expunged'
+                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+                WHEN w.disabled_at IS NOT NULL AND NOT due.is_test THEN 'webhook disabled'
+           END AS stopped
+    FROM due
+    JOIN webhooks w ON w.id = due.webhook_id
+    LEFT JOIN busy ON busy.webhook_id = due.webhook_id
+    WHERE due.lane IS NULL OR due.delivery_id IN (SELECT head_id FROM heads)
+-- Rate limits (webhook_rates in schema.sql): a limited endpoint gets no more rows than its
+-- bucket holds. A bucket another engine is taking from right now is skipped: nothing goes to
+-- that endpoint from this claim. 0.03: the bucket's catch-up, in seconds (how late a claim may
+-- come for an endpoint's next request and still start it; B = 1 + R x 0.03).
+), buckets AS (
+    -- `tokens`: what the bucket holds now, min(B, 1 + R (t - ready_at)), whole ones.
+    SELECT b.*,
+           floor(greatest(0, least(1 + b.rate_limit * 0.03,
+                                   1 + b.rate_limit * (extract(epoch FROM b.at)
+                                                       - extract(epoch FROM b.ready_at)))))
+               AS tokens
+    FROM (
+        SELECT r.webhook_id, r.ready_at, k.rate_limit, clock_timestamp() AS at
+        FROM (SELECT DISTINCT webhook_id, rate_limit FROM ranked
+              WHERE rate_limit IS NOT NULL) k
+        CROSS JOIN LATERAL (
+            SELECT * FROM webhook_rates r
+            WHERE r.webhook_id = k.webhook_id
+            FOR UPDATE SKIP LOCKED
+        ) r
+    ) b
+), taken AS (
+    -- What this claim takes from each bucket (as the lease below counts it).
+    UPDATE webhook_rates r
+    SET ready_at = greatest(b.ready_at, b.at - interval '0.03 seconds')
+                   + make_interval(secs => g.n::float8 / b.rate_limit)
+    FROM buckets b
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM ranked
+        WHERE ranked.webhook_id = b.webhook_id AND ranked.stopped IS NULL
+          AND ranked.rank <= least(ranked.free, b.tokens)
+    ) g
+    WHERE r.webhook_id = b.webhook_id AND g.n > 0
+), given_up AS (
+    DELETE FROM delivery_queue q
+    USING ranked
+    WHERE q.delivery_id = ranked.delivery_id AND ranked.stopped IS NOT NULL
+    RETURNING q.delivery_id, q.created_at, ranked.stopped
+), settled AS (
+    UPDATE deliveries d
+    SET status = 'failed', last_error = g.stopped, next_attempt_at = NULL
+    FROM given_up g
+    WHERE d.id = g.delivery_id AND d.created_at = g.created_at
+)
+UPDATE delivery_queue q
+SET lease_owner = $2, due_at = 'infinity'
+FROM ranked LEFT JOIN buckets ON buckets.webhook_id = ranked.webhook_id, webhooks w, events e
+WHERE q.delivery_id = ranked.delivery_id
+  AND ranked.stopped IS NULL
+  AND ranked.rank <= CASE WHEN ranked.rate_limit IS NULL THEN ranked.free
+                          ELSE least(ranked.free, coalesce(buckets.tokens, 0)) END
+  AND w.id = q.webhook_id
+  AND e.id = q.event_id
+  AND e.created_at = q.created_at
+RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
+          e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
+          w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
+          q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
+          q.lane IS NOT NULL AS in_lane
+
+-- name: record
+-- Write a batch of attempts' results, one element per result in each array: $1 the delivery,
+-- $2 its status as decided, $3 the response status, $4 the response time (ms), $5 the last
+-- error, $6 when it was delivered, $7 when it is retried, $8 the delivery's attempts when
+-- claimed, $10 when the attempt started, $11 its outcome, $12 the answer's first bytes; $9 the
+-- engine that holds the leases. Only the attempts $9 still holds are written (a late result is
+-- dropped): the attempt log, the queue row (settled: gone; retried: due again, unleased) and the
+-- delivery. Returns each delivery written, with `stop` (why a retry was given up instead, if it
+-- was) and what its operational events need.
+WITH r AS (
+    SELECT *
+    FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::timestamptz[],
+                $7::timestamptz[], $8::int[], $10::timestamptz[], $11::text[], $12::text[])
+         AS r(id, status, response_status, response_ms, last_error, delivered_at,
+              next_attempt_at, attempts_before, started_at, outcome, response_body)
+), held AS (
+    -- Only results of attempts this engine still holds: a late one (its lease was handed
+    -- back, the row claimed again or settled) is dropped.
+    SELECT q.delivery_id, q.created_at, q.webhook_id, q.trigger, q.expunged, r.*,
+           CASE WHEN q.expunged THEN 'expunged'
+                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+                WHEN w.disabled_at IS NOT NULL AND NOT q.is_test THEN 'webhook disabled'
+           END AS stop
+    FROM r
+    JOIN delivery_queue q ON q.delivery_id = r.id
+    JOIN webhooks w ON w.id = q.webhook_id
+    -- (IS NOT DISTINCT FROM: not an index condition, so the rows are found from the results
+    -- by primary key, never by walking every lease, whatever the statistics say.) Locked in
+    -- id order, as an expunge locks its event's rows (store/expunge.py): never a deadlock.
+    WHERE q.lease_owner IS NOT DISTINCT FROM $9 AND q.attempts = r.attempts_before
+    ORDER BY q.delivery_id
+    FOR UPDATE OF q
+), final AS (
+    -- An attempt that was made is always counted and its outcome written, as decided
+    -- (domain/outcomes.py). A retry it would have scheduled is given up instead when its
+    -- event was expunged (GiveUpReason.EXPUNGED), or its webhook disabled (test deliveries
+    -- excepted, as in the claim) or deleted (GiveUpReason.DISABLED), while the attempt was in
+    -- flight: only the database knows it now. An expunged event's answer is not kept.
+    SELECT delivery_id, created_at, webhook_id, trigger, started_at, outcome, stop,
+           CASE WHEN expunged THEN NULL ELSE response_body END AS response_body,
+           response_status, response_ms, delivered_at,
+           attempts_before + 1 AS attempts,
+           CASE WHEN status = 'pending' AND stop IS NOT NULL THEN 'failed'
+                ELSE status END AS status,
+           CASE WHEN status = 'pending' AND stop IS NOT NULL
+                THEN last_error || ' (' || stop || ')' ELSE last_error END AS last_error,
+           CASE WHEN status = 'pending' AND stop IS NOT NULL THEN NULL
+                ELSE next_attempt_at END AS next_attempt_at
+    FROM held
+), logged AS (
+    -- The attempt log: every attempt written, as it happened (its error in lastError's words).
+    INSERT INTO delivery_attempts (id, delivery_id, webhook_id, delivery_created_at,
+                                   attempt_number, created_at, response_status, response_ms,
+                                   outcome, error, response_body, trigger)
+    SELECT dispatcher_new_id('WA'), delivery_id, webhook_id, created_at, attempts, started_at,
+           response_status, response_ms, outcome, last_error, response_body, trigger
+    FROM final
+), settled AS (
+    DELETE FROM delivery_queue q
+    USING final f
+    WHERE q.delivery_id = f.delivery_id AND f.status <> 'pending'
+), again AS (
+    UPDATE delivery_queue q
+    SET due_at = f.next_attempt_at, attempts = f.attempts, lease_owner = NULL,
+        trigger = 'schedule'
+    FROM final f
+    WHERE q.delivery_id = f.delivery_id AND f.status = 'pending'
+)
+UPDATE deliveries d
+SET attempts = f.attempts,
+    status = f.status,
+    response_status = f.response_status,
+    response_ms = f.response_ms,
+    last_error = f.last_error,
+    delivered_at = f.delivered_at,
+    next_attempt_at = f.next_attempt_at
+FROM final f
+WHERE d.id = f.delivery_id AND d.created_at = f.created_at
+RETURNING d.id, d.status, d.created_at, f.stop, d.workspace_id, d.event_id, d.event_type,
+          d.attempts, d.last_error,
+          -- Whether an earlier attempt failed (a delivered one may be worth a
+          -- delivery.recovered): a retry on the schedule follows a failure; after a manual
+          -- retry or a recover, the attempt log says (read only for those, by its key).
+          CASE WHEN d.status <> 'delivered' OR d.attempts = 1 THEN false
+               WHEN f.trigger = 'schedule' THEN true
+               ELSE EXISTS (SELECT 1 FROM delivery_attempts a
+                            WHERE a.delivery_id = d.id AND a.delivery_created_at = d.created_at
+                              AND a.attempt_number < d.attempts AND a.outcome <> 'success')
+          END AS failed_before
+
+-- name: update_failure_clocks
+-- Execute the failure clocks' changes (`outcomes.ClockChange`), one element per webhook in each
+-- array, in id order: $1 the webhook; $2 a reset (set the clock to $3: the first failure after
+-- the last success, or NULL), else a start (set it to $3 only when it is not running).
+UPDATE webhooks w
+SET failing_since = CASE WHEN u.reset THEN u.fail_start
+                         ELSE coalesce(w.failing_since, u.fail_start) END
+FROM unnest($1::text[], $2::bool[], $3::timestamptz[]) AS u(id, reset, fail_start)
+WHERE w.id = u.id
+  -- Only rows whose clock really changes: a healthy endpoint's row is not rewritten per flush.
+  AND w.failing_since IS DISTINCT FROM
+      (CASE WHEN u.reset THEN u.fail_start ELSE coalesce(w.failing_since, u.fail_start) END)
+
+-- name: read_failure_clocks
+-- The failure clock (`failing_since`) of each of webhooks $1, as the record's transaction has
+-- just set it.
+SELECT id, failing_since FROM webhooks WHERE id = ANY($1::text[])
+
+-- name: advance_lanes
+-- Move on the lanes whose head is among the deliveries $1 a record has just settled: their next
+-- delivery heads them, due at $2, or the lane goes (schema.sql, dispatcher_advance_lanes).
+SELECT dispatcher_advance_lanes($1::text[], $2)
+
+-- name: release
+-- Hand back engine $2's leases of deliveries $1, which it will not attempt (shutdown): due at
+-- $3. Returns (as its status) how many.
+UPDATE delivery_queue SET lease_owner = NULL, due_at = $3
+WHERE delivery_id = ANY($1::text[]) AND lease_owner = $2
+
+-- name: beat
+-- Say engine $1 is alive, now (database time); returns whether it was not known as alive
+-- before this beat (a new row rather than an update).
+INSERT INTO dispatcher_engines (owner) VALUES ($1)
+ON CONFLICT (owner) DO UPDATE SET beat_at = now()
+RETURNING (xmax = 0) AS registered
+
+-- name: take_over
+-- Forget the engines silent for longer than $1 seconds, and hand back their leases, and any
+-- whose owner is not a live engine: due at $2. Returns (as its status) how many.
+WITH dead AS (
+    -- Engines silent for longer than the timeout (database time: one clock for every replica).
+    DELETE FROM dispatcher_engines
+    WHERE beat_at < now() - make_interval(secs => $1)
+)
+-- Their leases, and any lease whose owner is not a live engine, go back: due at once.
+UPDATE delivery_queue q
+SET lease_owner = NULL, due_at = $2
+WHERE q.lease_owner IS NOT NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM dispatcher_engines e
+      WHERE e.owner = q.lease_owner AND e.beat_at >= now() - make_interval(secs => $1)
+  )
+
+-- name: forget_engine
+-- Forget engine $1 (at the end of a clean stop).
+DELETE FROM dispatcher_engines WHERE owner = $1
+
+-- name: release_held
+-- Hand back every lease engine $1 still holds (results it could not write): due at $2. Returns
+-- (as its status) how many.
+UPDATE delivery_queue SET lease_owner = NULL, due_at = $2 WHERE lease_owner = $1
+
+-- name: due_summary
+-- How many rows are due at $1 (counted up to $2), and the oldest due time: through the due
+-- index, capped so that a huge backlog stays cheap to gauge.
+SELECT count(*) AS n, min(due_at) AS oldest FROM (
+    SELECT due_at FROM delivery_queue WHERE due_at <= $1
+    ORDER BY due_at LIMIT $2) due
+
+-- name: any_due
+-- Whether any unleased row is due at $1, reading one index entry: the probe an idle engine sends
+-- often, so that a delivery made due by any door (even the SQL outbox) starts at once.
+SELECT EXISTS (SELECT 1 FROM delivery_queue WHERE due_at <= $1 AND lease_owner IS NULL)
