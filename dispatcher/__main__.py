@@ -86,7 +86,7 @@ async def _admin(settings: Settings, args: argparse.Namespace) -> None:
             row, key = await workspaces.insert_key(
                 db, args.workspace_id, args.scope, args.name or None
             )
-            key_id = row["id"]
+            key_id = row.id
             _emit(
                 args.json,
                 {"id": key_id, "key": key},

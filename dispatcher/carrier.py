@@ -17,10 +17,12 @@ from datetime import datetime, timedelta
 import structlog
 
 from dispatcher.domain.clock import Clock
+from dispatcher.domain.enums import MessageStatus
 from dispatcher.errors import DispatcherError
 from dispatcher.store import messages
-from dispatcher.store.database import Database, Record
+from dispatcher.store.database import Database
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
+from dispatcher.store.rows import MessageRow
 
 # Documented in docs/messages.md: sending to these ends `undelivered`.
 SANDBOX_FAILING_NUMBERS: frozenset[str] = frozenset({"+15005550001", "+15005550002"})
@@ -35,14 +37,14 @@ class SandboxCarrier:
         self.delay = timedelta(seconds=delay)
         self.batch = batch
 
-    def step(self, row: Record, now: datetime) -> messages.CarrierMove:
+    def step(self, row: MessageRow, now: datetime) -> messages.CarrierMove:
         """What the sandbox does next with a due message: queued -> sent, then delivered (or
         undelivered for the failing test numbers)."""
-        if row["status"] == "queued":
-            return messages.CarrierMove(row["id"], "sent", now + self.delay, None)
-        if row["to_number"] in SANDBOX_FAILING_NUMBERS:
-            return messages.CarrierMove(row["id"], "undelivered", None, "message.failed")
-        return messages.CarrierMove(row["id"], "delivered", None, "message.delivered")
+        if row.status == MessageStatus.QUEUED:
+            return messages.CarrierMove(row.id, MessageStatus.SENT, now + self.delay, None)
+        if row.to_number in SANDBOX_FAILING_NUMBERS:
+            return messages.CarrierMove(row.id, MessageStatus.UNDELIVERED, None, "message.failed")
+        return messages.CarrierMove(row.id, MessageStatus.DELIVERED, None, "message.delivered")
 
     async def advance(self) -> int:
         """Move every due message one step; returns how many moved."""
@@ -50,7 +52,7 @@ class SandboxCarrier:
         async with self.db.transaction() as conn:
             due = await messages.claim_carrier_due(conn, now, self.batch)
             await messages.move_statuses(conn, [self.step(row, now) for row in due], now=now)
-        if any(row["status"] != "queued" for row in due):
+        if any(row.status != MessageStatus.QUEUED for row in due):
             self.db.wake(DELIVERIES_CHANNEL)  # events were made: wake the engines
         return len(due)
 

@@ -40,7 +40,7 @@ async def list_delivery_attempts(request: web.Request, svc: Services, key: ApiKe
         svc.db,
         webhook_id,
         delivery_id,
-        found["created_at"],
+        found.created_at,
         limit=pager.limit,
         after=pager.after,
     )

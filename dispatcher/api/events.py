@@ -37,7 +37,7 @@ from dispatcher.domain.enums import Scope
 from dispatcher.domain.events import EVENT_TYPE_PATTERN
 from dispatcher.errors import FieldError, NotFound, ValidationFailed
 from dispatcher.store import deliveries, events, expunge
-from dispatcher.store.database import Record
+from dispatcher.store.rows import EventRow
 from dispatcher.store.workspaces import ApiKey
 
 routes = web.RouteTableDef()
@@ -132,24 +132,22 @@ async def list_events(request: web.Request, svc: Services, key: ApiKey) -> web.R
     return json_response(pager.render(page, [stored_event(row) for row in page.rows]))
 
 
-async def _event(svc: Services, key: ApiKey, event_id: str) -> Record:
+async def _event(svc: Services, key: ApiKey, event_id: str) -> EventRow:
     row = await events.get(svc.db, key.workspace_id, event_id)
     if row is None:
         raise NotFound("event not found")
     return row
 
 
-async def _with_deliveries(svc: Services, key: ApiKey, row: Record) -> EventWithDeliveries:
+async def _with_deliveries(svc: Services, key: ApiKey, row: EventRow) -> EventWithDeliveries:
     """The event with how many deliveries it has and the first 100."""
     first = await deliveries.list_for_event(
-        svc.db, key.workspace_id, row["id"], row["created_at"], limit=SUMMARIES, after=None
+        svc.db, key.workspace_id, row.id, row.created_at, limit=SUMMARIES, after=None
     )
     # Fewer than a page: the page is the count; a count statement only when there are more.
     count = len(first.rows)
     if first.last is not None:
-        count = await deliveries.count_for_event(
-            svc.db, key.workspace_id, row["id"], row["created_at"]
-        )
+        count = await deliveries.count_for_event(svc.db, key.workspace_id, row.id, row.created_at)
     return event_with_deliveries(row, first.rows, count)
 
 
@@ -178,7 +176,7 @@ async def expunge_event(request: web.Request, svc: Services, key: ApiKey) -> web
     )
     if row is None:
         raise NotFound("event not found")
-    log.info("event.expunged", workspace_id=key.workspace_id, event_id=row["id"])
+    log.info("event.expunged", workspace_id=key.workspace_id, event_id=row.id)
     return json_response(await _with_deliveries(svc, key, row))
 
 
@@ -193,8 +191,8 @@ async def list_event_deliveries(request: web.Request, svc: Services, key: ApiKey
     page = await deliveries.list_for_event(
         svc.db,
         key.workspace_id,
-        row["id"],
-        row["created_at"],
+        row.id,
+        row.created_at,
         limit=pager.limit,
         after=pager.after,
     )

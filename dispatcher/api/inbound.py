@@ -9,7 +9,7 @@ from dispatcher.api.http import json_response, parse_body
 from dispatcher.api.models import InboundCall, InboundMessage
 from dispatcher.api.numbers import not_the_workspaces, own_number
 from dispatcher.api.operations import operation
-from dispatcher.api.resources import Call, Message, call, message
+from dispatcher.api.resources import Call, Message, MessageMedia, call, message
 from dispatcher.domain.enums import Direction, Scope
 from dispatcher.domain.events import CALL_STATUS_EVENTS
 from dispatcher.store import messages, workspaces
@@ -31,7 +31,7 @@ async def inbound_message(request: web.Request, svc: Services, key: ApiKey) -> w
         from_number=body.from_,
         to_number=body.to,
         text=body.text,
-        media=[m.model_dump() for m in body.media],
+        media=[MessageMedia(contentType=m.contentType, url=m.url) for m in body.media],
         now=svc.clock.now(),
     )
     return json_response(message(row), status=201)

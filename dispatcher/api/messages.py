@@ -92,5 +92,5 @@ async def expunge_message(request: web.Request, svc: Services, key: ApiKey) -> w
     )
     if row is None:
         raise NotFound("message not found")
-    log.info("message.expunged", workspace_id=key.workspace_id, message_id=row["id"])
+    log.info("message.expunged", workspace_id=key.workspace_id, message_id=row.id)
     return json_response(message(row))

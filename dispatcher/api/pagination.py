@@ -14,7 +14,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import orjson
 from aiohttp import web
@@ -24,8 +24,11 @@ from dispatcher.api.http import WORKSPACE_ID
 from dispatcher.api.query import QueryParameter, integer_message, is_ascii_digits
 from dispatcher.errors import FieldError, InvalidCursor, ValidationFailed
 from dispatcher.store.pages import Page, Position
+from dispatcher.store.rows import RowT
 
 ItemT = TypeVar("ItemT")
+# A list's filters as the request gave them (None: absent), by query parameter.
+ListFilters = Mapping[str, str | None]
 
 DEFAULT_LIMIT = 25
 MAX_LIMIT = 100
@@ -49,13 +52,13 @@ def parse_limit(request: web.Request) -> int:
     return int(raw)
 
 
-def _scope_digest(list_name: str, workspace_id: str, filters: Mapping[str, Any]) -> bytes:
+def _scope_digest(list_name: str, workspace_id: str, filters: ListFilters) -> bytes:
     material = orjson.dumps([list_name, workspace_id, filters], option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(material).digest()
 
 
 def encode_cursor(
-    key: bytes, list_name: str, workspace_id: str, filters: Mapping[str, Any], position: Position
+    key: bytes, list_name: str, workspace_id: str, filters: ListFilters, position: Position
 ) -> str:
     moment, row_id = position
     micros = (moment - _EPOCH) // timedelta(microseconds=1)
@@ -65,7 +68,7 @@ def encode_cursor(
 
 
 def decode_cursor(
-    key: bytes, list_name: str, workspace_id: str, filters: Mapping[str, Any], cursor: str
+    key: bytes, list_name: str, workspace_id: str, filters: ListFilters, cursor: str
 ) -> Position:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
@@ -86,7 +89,7 @@ class Pager:
     """One list run: reads `limit` and `cursor`, and renders the page with its next cursor."""
 
     def __init__(
-        self, request: web.Request, key: bytes, list_name: str, filters: Mapping[str, Any]
+        self, request: web.Request, key: bytes, list_name: str, filters: ListFilters
     ) -> None:
         self.key = key
         self.list_name = list_name
@@ -100,7 +103,8 @@ class Pager:
             else None
         )
 
-    def render(self, page: Page, data: list[ItemT]) -> resources.Page[ItemT]:
+    def render(self, page: Page[RowT], data: list[ItemT]) -> resources.Page[ItemT]:
+        """The page's items (`data`, built from `page.rows`) and the cursor to the next."""
         next_cursor = (
             None
             if page.last is None

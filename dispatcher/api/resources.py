@@ -1,5 +1,7 @@
 """What the API answers: one `TypedDict` per response resource, and the function that builds
-it from a store row (Svix's `EndpointOut` with its `From<Model>`).
+it from a store row (Svix's `EndpointOut` with its `From<Model>`): each builder takes the
+store's typed row (store/rows.py), reads its attributes, and makes the enumerations' members
+of the columns that hold them.
 
 These types are the only description of the responses: mypy holds each builder to its type,
 and the OpenAPI document (api/openapi.py) derives every response schema from them. The
@@ -36,10 +38,19 @@ from dispatcher.domain.resources import (
     EventEnvelope,
     Message,
     MessageMedia,
-    Row,
     Timestamp,
     call,
     message,
+)
+from dispatcher.store.rows import (
+    ApiKeyRow,
+    AttemptRow,
+    ConversationRow,
+    DeliveryRow,
+    EventRow,
+    PhoneNumberRow,
+    WebhookRow,
+    WorkspaceRow,
 )
 
 __all__ = [
@@ -367,71 +378,75 @@ class ErrorBody(TypedDict):
     trace: str
 
 
-def workspace(row: Row) -> Workspace:
-    return {"id": row["id"], "name": row["name"], "createdAt": isoformat(row["created_at"])}
+def workspace(row: WorkspaceRow) -> Workspace:
+    return {"id": row.id, "name": row.name, "createdAt": isoformat(row.created_at)}
 
 
-def phone_number(row: Row) -> PhoneNumber:
+def phone_number(row: PhoneNumberRow) -> PhoneNumber:
     return {
-        "id": row["id"],
-        "number": row["number"],
-        "workspaceId": row["workspace_id"],
-        "createdAt": isoformat(row["created_at"]),
+        "id": row.id,
+        "number": row.number,
+        "workspaceId": row.workspace_id,
+        "createdAt": isoformat(row.created_at),
     }
 
 
-def api_key(row: Row) -> ApiKey:
+def api_key(row: ApiKeyRow) -> ApiKey:
     return {
-        "id": row["id"],
-        "scopes": [Scope(scope) for scope in row["scopes"]],
-        "name": row["name"],
-        "createdAt": isoformat(row["created_at"]),
-        "revokedAt": isoformat_or_none(row["revoked_at"]),
+        "id": row.id,
+        "scopes": [Scope(scope) for scope in row.scopes],
+        "name": row.name,
+        "createdAt": isoformat(row.created_at),
+        "revokedAt": isoformat_or_none(row.revoked_at),
     }
 
 
-def new_api_key(row: Row, key: str) -> NewApiKey:
+def new_api_key(row: ApiKeyRow, key: str) -> NewApiKey:
     return {
-        "id": row["id"],
+        "id": row.id,
         "key": key,
-        "scopes": [Scope(scope) for scope in row["scopes"]],
-        "name": row["name"],
-        "createdAt": isoformat(row["created_at"]),
+        "scopes": [Scope(scope) for scope in row.scopes],
+        "name": row.name,
+        "createdAt": isoformat(row.created_at),
     }
 
 
-def conversation(row: Row) -> Conversation:
+def conversation(row: ConversationRow) -> Conversation:
+    kind = row.last_item_kind
     return {
-        "id": row["id"],
-        "contact": row["contact"],
-        "createdAt": isoformat(row["created_at"]),
-        "lastItemAt": isoformat(row["last_item_at"]),
-        "lastItemKind": row["last_item_kind"],
-        "numberId": row["number_id"],
-        "status": row["status"],
+        "id": row.id,
+        "contact": row.contact,
+        "createdAt": isoformat(row.created_at),
+        "lastItemAt": isoformat(row.last_item_at),
+        "lastItemKind": None if kind is None else ConversationItemKind(kind),
+        "numberId": row.number_id,
+        "status": ConversationStatus(row.status),
     }
 
 
-def webhook(row: Row, default_concurrency: int) -> Webhook:
+def webhook(row: WebhookRow, default_concurrency: int) -> Webhook:
+    reason = row.disabled_reason
     return {
-        "id": row["id"],
-        "createdAt": isoformat(row["created_at"]),
-        "disabledAt": isoformat_or_none(row["disabled_at"]),
-        "disabledReason": row["disabled_reason"],
-        "events": list(row["events"]),
-        "name": row["name"],
-        "numberIds": None if row["number_ids"] is None else list(row["number_ids"]),
-        "url": row["url"],
-        "maxConcurrency": row["max_concurrency"] or default_concurrency,
-        "headers": row["headers"],
-        "secretHeaderNames": names_in_order(row["secret_header_names"]),
-        "filter": row["payload_filter"],
-        "rateLimit": row["rate_limit"],
-        "ordering": row["ordering"],
+        "id": row.id,
+        "createdAt": isoformat(row.created_at),
+        "disabledAt": isoformat_or_none(row.disabled_at),
+        "disabledReason": None if reason is None else DisabledReason(reason),
+        "events": row.events,
+        "name": row.name,
+        "numberIds": row.number_ids,
+        "url": row.url,
+        "maxConcurrency": row.max_concurrency or default_concurrency,
+        "headers": row.headers,
+        "secretHeaderNames": names_in_order(row.secret_header_names),
+        "filter": row.payload_filter,
+        "rateLimit": row.rate_limit,
+        "ordering": Ordering(row.ordering),
     }
 
 
-def webhook_with_secret(row: Row, default_concurrency: int, secret: str) -> WebhookWithSecret:
+def webhook_with_secret(
+    row: WebhookRow, default_concurrency: int, secret: str
+) -> WebhookWithSecret:
     return {**webhook(row, default_concurrency), "secret": secret}
 
 
@@ -447,19 +462,19 @@ def recovered(queued: int) -> Recovered:
     return {"queued": queued}
 
 
-def attempt(row: Row) -> Attempt:
+def attempt(row: AttemptRow) -> Attempt:
     return {
-        "id": row["id"],
-        "deliveryId": row["delivery_id"],
-        "webhookId": row["webhook_id"],
-        "attemptNumber": row["attempt_number"],
-        "createdAt": isoformat(row["created_at"]),
-        "responseStatus": row["response_status"],
-        "responseMs": row["response_ms"],
-        "outcome": row["outcome"],
-        "error": row["error"],
-        "responseBody": row["response_body"],
-        "trigger": row["trigger"],
+        "id": row.id,
+        "deliveryId": row.delivery_id,
+        "webhookId": row.webhook_id,
+        "attemptNumber": row.attempt_number,
+        "createdAt": isoformat(row.created_at),
+        "responseStatus": row.response_status,
+        "responseMs": row.response_ms,
+        "outcome": AttemptOutcome(row.outcome),
+        "error": row.error,
+        "responseBody": row.response_body,
+        "trigger": AttemptTrigger(row.trigger),
     }
 
 
@@ -513,49 +528,50 @@ def me(workspace_id: str, key_id: str, scopes: Collection[str]) -> Me:
     }
 
 
-def stored_event(row: Row) -> StoredEvent:
+def stored_event(row: EventRow) -> StoredEvent:
     """An event as the stream lists it: its envelope as it was stored and sent (embedded as
     it is, never parsed and re-serialised; the envelope is a JSON object made by schema.sql's
     dispatcher_envelope, so it ends with its `}`), with `expunged` and `orderingKey` added as
     its last members."""
-    payload: str = row["payload"]
-    expunged = "true" if row["expunged"] else "false"
-    key = orjson.dumps(row["ordering_key"]).decode()
-    return orjson.Fragment(f'{payload[:-1]},"expunged":{expunged},"orderingKey":{key}}}')
+    expunged = "true" if row.expunged else "false"
+    key = orjson.dumps(row.ordering_key).decode()
+    return orjson.Fragment(f'{row.payload[:-1]},"expunged":{expunged},"orderingKey":{key}}}')
 
 
-def event_with_deliveries(row: Row, deliveries: Sequence[Row], count: int) -> EventWithDeliveries:
-    envelope: EventEnvelope = orjson.loads(row["payload"])
+def event_with_deliveries(
+    row: EventRow, deliveries: Sequence[DeliveryRow], count: int
+) -> EventWithDeliveries:
+    envelope: EventEnvelope = orjson.loads(row.payload)
     return {
         **envelope,
-        "expunged": row["expunged"],
-        "orderingKey": row["ordering_key"],
+        "expunged": row.expunged,
+        "orderingKey": row.ordering_key,
         "deliveryCount": count,
         "deliveries": [
             {
-                "id": d["id"],
-                "webhookId": d["webhook_id"],
-                "status": d["status"],
-                "attempts": d["attempts"],
+                "id": d.id,
+                "webhookId": d.webhook_id,
+                "status": DeliveryStatus(d.status),
+                "attempts": d.attempts,
             }
             for d in deliveries
         ],
     }
 
 
-def delivery(row: Row) -> Delivery:
+def delivery(row: DeliveryRow) -> Delivery:
     return {
-        "id": row["id"],
-        "webhookId": row["webhook_id"],
-        "attempts": row["attempts"],
-        "createdAt": isoformat(row["created_at"]),
-        "deliveredAt": isoformat_or_none(row["delivered_at"]),
-        "event": row["event_type"],
-        "lastError": row["last_error"],
-        "nextAttemptAt": isoformat_or_none(row["next_attempt_at"]),
-        "payload": orjson.Fragment(row["payload"]),
-        "responseMs": row["response_ms"],
-        "responseStatus": row["response_status"],
-        "status": row["status"],
-        "expunged": row["expunged"],
+        "id": row.id,
+        "webhookId": row.webhook_id,
+        "attempts": row.attempts,
+        "createdAt": isoformat(row.created_at),
+        "deliveredAt": isoformat_or_none(row.delivered_at),
+        "event": row.event_type,
+        "lastError": row.last_error,
+        "nextAttemptAt": isoformat_or_none(row.next_attempt_at),
+        "payload": orjson.Fragment(row.payload),
+        "responseMs": row.response_ms,
+        "responseStatus": row.response_status,
+        "status": DeliveryStatus(row.status),
+        "expunged": row.expunged,
     }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from datetime import timedelta
-from typing import Any
 
 import structlog
 from aiohttp import web
@@ -45,7 +44,8 @@ from dispatcher.domain.headers import HEADERS, SECRET_HEADERS, header_problems
 from dispatcher.domain.payload_filter import FILTER, stored_filter
 from dispatcher.errors import FieldError, NotFound, ValidationFailed
 from dispatcher.store import deliveries, webhooks
-from dispatcher.store.database import Record
+from dispatcher.store.rows import LockedWebhookRow, WebhookRow
+from dispatcher.store.webhooks import WebhookChanges
 from dispatcher.store.workspaces import ApiKey
 
 routes = web.RouteTableDef()
@@ -63,7 +63,7 @@ DELIVERY_FILTERS = (
 )
 
 
-def _webhook(svc: Services, row: Record) -> Webhook:
+def _webhook(svc: Services, row: WebhookRow) -> Webhook:
     return webhook(row, svc.settings.max_concurrency_per_webhook)
 
 
@@ -81,7 +81,7 @@ def _check_headers(
         raise ValidationFailed([FieldError(f"body.{p.field}", p.message) for p in problems])
 
 
-async def _get_webhook(svc: Services, workspace_id: str, webhook_id: str) -> Record:
+async def _get_webhook(svc: Services, workspace_id: str, webhook_id: str) -> WebhookRow:
     row = await webhooks.find(svc.db, workspace_id, webhook_id)
     if row is None:
         raise NotFound("webhook not found")
@@ -134,6 +134,36 @@ async def get_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.R
     return json_response(_webhook(svc, row))
 
 
+def _changes(body: UpdateWebhook) -> WebhookChanges:
+    """The PATCH as the store takes it: each field present (a null `url`, `events` or
+    `enabled` was refused), by column, its null or empty value made what is stored."""
+    present = body.model_fields_set
+    changes: WebhookChanges = {}
+    if body.url is not None:
+        changes["url"] = body.url
+    if body.events is not None:
+        changes["events"] = body.events
+    if "name" in present:
+        changes["name"] = body.name or None  # null or "" clears the name
+    if "numberIds" in present:
+        changes["number_ids"] = body.numberIds
+    if "maxConcurrency" in present:
+        changes["max_concurrency"] = body.maxConcurrency
+    if HEADERS in present:
+        changes["headers"] = body.headers or {}  # replaced whole; null or {} clears
+    if SECRET_HEADERS in present:
+        changes["secret_headers"] = body.secretHeaders or {}
+    if FILTER in present:
+        changes["payload_filter"] = stored_filter(body.filter)
+    if "rateLimit" in present:
+        changes["rate_limit"] = body.rateLimit
+    if "ordering" in present:
+        changes["ordering"] = body.ordering or Ordering.NONE  # null returns to the default
+    if body.enabled is not None:
+        changes["enabled"] = body.enabled
+    return changes
+
+
 @routes.patch("/v1/webhooks/{webhook_id}")
 @requires(Scope.WEBHOOKS_WRITE)
 @operation(200, Webhook, body=UpdateWebhook)
@@ -147,29 +177,20 @@ async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
     ]
     if errors:
         raise ValidationFailed(errors)
-    changes: dict[str, Any] = {name: getattr(body, name) for name in present}
-    if "name" in changes and not changes["name"]:
-        changes["name"] = None  # null or "" clears the name
-    for field in HEADER_FIELDS:
-        if field in changes:
-            changes[field] = changes[field] or {}  # replaced whole; null or {} clears
-    if FILTER in changes:
-        changes[FILTER] = stored_filter(changes[FILTER])
+    changes = _changes(body)
     header_changes = present & set(HEADER_FIELDS)
 
-    def check(current: Record) -> None:
+    def check(current: LockedWebhookRow) -> None:
         """The headers as they would be stored, checked under the webhook's lock: a PATCH of
         one object is checked with the other as it is."""
         if header_changes:
             _check_headers(
-                changes.get(HEADERS, current["headers"]),
-                changes.get(SECRET_HEADERS, current["secret_headers"]),
+                changes.get("headers", current.headers),
+                changes.get("secret_headers", current.secret_headers),
                 header_changes,
             )
 
-    if "ordering" in changes and changes["ordering"] is None:
-        changes["ordering"] = Ordering.NONE  # null returns to the default
-    await _check_numbers(svc, key.workspace_id, changes.get("numberIds"))
+    await _check_numbers(svc, key.workspace_id, changes.get("number_ids"))
     row = await webhooks.update(
         svc.db,
         key.workspace_id,
@@ -181,7 +202,7 @@ async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
     if row is None:
         raise NotFound("webhook not found")
     if changes.get("enabled") is False:
-        log.info("webhook.disabled", webhook_id=row["id"], reason=row["disabled_reason"])
+        log.info("webhook.disabled", webhook_id=row.id, reason=row.disabled_reason)
     return json_response(_webhook(svc, row))
 
 

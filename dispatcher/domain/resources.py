@@ -15,6 +15,7 @@ costs nothing at run time and still gives one checked shape.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Annotated, Any, Protocol
 
 from pydantic import WithJsonSchema
@@ -25,12 +26,6 @@ from dispatcher.domain.enums import CallStatus, Direction, MessageStatus
 
 # Instants are rendered by `clock.isoformat` (UTC, milliseconds, `Z`), not by the serialiser.
 Timestamp = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
-
-
-class Row(Protocol):
-    """A database row (asyncpg Record) or any mapping by column name."""
-
-    def __getitem__(self, key: str, /) -> Any: ...
 
 
 class MessageMedia(TypedDict):
@@ -91,19 +86,47 @@ class EventEnvelope(TypedDict):
     data: Mapping[str, Any] | None
 
 
-def message(row: Row) -> Message:
+class MessageFields(Protocol):
+    """What a message is made from: the store's `MessageRow` (the domain names the columns
+    it reads; the store declares the row)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def direction(self) -> str: ...
+    @property
+    def from_number(self) -> str: ...
+    @property
+    def to_number(self) -> str: ...
+    @property
+    def text(self) -> str | None: ...
+    @property
+    def media(self) -> list[MessageMedia]: ...
+    @property
+    def number_id(self) -> str: ...
+    @property
+    def conversation_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def expunged(self) -> bool: ...
+
+
+def message(row: MessageFields) -> Message:
     return {
-        "id": row["id"],
-        "createdAt": isoformat(row["created_at"]),
-        "direction": row["direction"],
-        "from": row["from_number"],
-        "to": row["to_number"],
-        "text": row["text"],
-        "media": row["media"],
-        "numberId": row["number_id"],
-        "conversationId": row["conversation_id"],
-        "status": row["status"],
-        "expunged": row["expunged"],
+        "id": row.id,
+        "createdAt": isoformat(row.created_at),
+        "direction": Direction(row.direction),
+        "from": row.from_number,
+        "to": row.to_number,
+        "text": row.text,
+        "media": row.media,
+        "numberId": row.number_id,
+        "conversationId": row.conversation_id,
+        "status": MessageStatus(row.status),
+        "expunged": row.expunged,
     }
 
 
@@ -113,15 +136,38 @@ def erase_text(data: Mapping[str, Any]) -> dict[str, Any]:
     return {**data, "text": None, "expunged": True}
 
 
-def call(row: Row) -> Call:
+class CallFields(Protocol):
+    """What a call record is made from: the store's `CallRow`."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def direction(self) -> str: ...
+    @property
+    def from_number(self) -> str: ...
+    @property
+    def to_number(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def duration_seconds(self) -> int | None: ...
+    @property
+    def number_id(self) -> str: ...
+    @property
+    def conversation_id(self) -> str: ...
+
+
+def call(row: CallFields) -> Call:
     return {
-        "id": row["id"],
-        "createdAt": isoformat(row["created_at"]),
-        "direction": row["direction"],
-        "from": row["from_number"],
-        "to": row["to_number"],
-        "status": row["status"],
-        "durationSeconds": row["duration_seconds"],
-        "numberId": row["number_id"],
-        "conversationId": row["conversation_id"],
+        "id": row.id,
+        "createdAt": isoformat(row.created_at),
+        "direction": Direction(row.direction),
+        "from": row.from_number,
+        "to": row.to_number,
+        "status": CallStatus(row.status),
+        "durationSeconds": row.duration_seconds,
+        "numberId": row.number_id,
+        "conversationId": row.conversation_id,
     }

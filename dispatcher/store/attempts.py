@@ -11,6 +11,7 @@ from datetime import datetime
 
 from dispatcher.store.database import Database
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
+from dispatcher.store.rows import AttemptRow
 
 SELECT = (
     "SELECT id, delivery_id, webhook_id, attempt_number, created_at, response_status, "
@@ -26,7 +27,7 @@ async def list_for_delivery(
     *,
     limit: int,
     after: Position | None,
-) -> Page:
+) -> Page[AttemptRow]:
     """One delivery's attempts, newest first (its partition only: `delivery_created_at`)."""
     filters = (
         Filters()
@@ -35,7 +36,7 @@ async def list_for_delivery(
         .add("webhook_id = {}", webhook_id)
     )
     async with db.acquire() as conn:
-        return await fetch_page(conn, SELECT, filters, limit, after)
+        return await fetch_page(conn, SELECT, AttemptRow, filters, limit, after)
 
 
 async def list_for_webhook(
@@ -47,7 +48,7 @@ async def list_for_webhook(
     until: datetime | None,
     limit: int,
     after: Position | None,
-) -> Page:
+) -> Page[AttemptRow]:
     """Every attempt to an endpoint, newest first; `since` inclusive, `until` exclusive, on
     when the attempt started."""
     filters = Filters().add("webhook_id = {}", webhook_id)
@@ -58,4 +59,4 @@ async def list_for_webhook(
     if until is not None:
         filters.add("created_at < {}", until)
     async with db.acquire() as conn:
-        return await fetch_page(conn, SELECT, filters, limit, after)
+        return await fetch_page(conn, SELECT, AttemptRow, filters, limit, after)

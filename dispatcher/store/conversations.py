@@ -4,9 +4,11 @@ queries/conversations.sql; a thread is made or updated by the statement that wri
 
 from __future__ import annotations
 
-from dispatcher.store.database import Database, Record
+from dispatcher.domain.enums import ConversationStatus
+from dispatcher.store.database import Database
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
+from dispatcher.store.rows import ConversationRow, as_row
 
 
 class SQL(Queries, file="conversations.sql"):
@@ -16,20 +18,20 @@ class SQL(Queries, file="conversations.sql"):
     conversations_page: str
 
 
-async def get(db: Database, workspace_id: str, conversation_id: str) -> Record | None:
+async def get(db: Database, workspace_id: str, conversation_id: str) -> ConversationRow | None:
     async with db.acquire() as conn:
-        row: Record | None = await conn.fetchrow(SQL.conversation, workspace_id, conversation_id)
-    return row
+        row = await conn.fetchrow(SQL.conversation, workspace_id, conversation_id)
+    return None if row is None else as_row(ConversationRow, row)
 
 
 async def set_status(
-    db: Database, workspace_id: str, conversation_id: str, status: str
-) -> Record | None:
+    db: Database, workspace_id: str, conversation_id: str, status: ConversationStatus
+) -> ConversationRow | None:
+    """Move the conversation to the folder `status`; None when the workspace has no such
+    conversation."""
     async with db.acquire() as conn:
-        row: Record | None = await conn.fetchrow(
-            SQL.set_status, workspace_id, conversation_id, status
-        )
-    return row
+        row = await conn.fetchrow(SQL.set_status, workspace_id, conversation_id, status)
+    return None if row is None else as_row(ConversationRow, row)
 
 
 async def list_page(
@@ -40,11 +42,13 @@ async def list_page(
     number_id: str | None,
     limit: int,
     after: Position | None,
-) -> Page:
+) -> Page[ConversationRow]:
     filters = Filters().add("workspace_id = {}", workspace_id)
     if status is not None:
         filters.add("status = {}", status)
     if number_id is not None:
         filters.add("number_id = {}", number_id)
     async with db.acquire() as conn:
-        return await fetch_page(conn, SQL.conversations_page, filters, limit, after)
+        return await fetch_page(
+            conn, SQL.conversations_page, ConversationRow, filters, limit, after
+        )

@@ -14,10 +14,11 @@ from dispatcher.domain.enums import AttemptTrigger
 from dispatcher.domain.events import TEST_EVENT
 from dispatcher.errors import Conflict, NotFound
 from dispatcher.store import events, expunge, webhooks
-from dispatcher.store.database import Connection, Database, Record, fetch_one
+from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
+from dispatcher.store.rows import DeliveryRow, WebhookRow, as_row
 
 
 class SQL(Queries, file="deliveries.sql"):
@@ -35,19 +36,19 @@ class SQL(Queries, file="deliveries.sql"):
     event_delivery_count: str
 
 
-async def _live_webhook(conn: Connection, workspace_id: str, webhook_id: str) -> Record:
+async def _live_webhook(conn: Connection, workspace_id: str, webhook_id: str) -> WebhookRow:
     hook = await webhooks.get(conn, workspace_id, webhook_id)
     if hook is None:
         raise NotFound("webhook not found")
     return hook
 
 
-async def get(db: Database, workspace_id: str, webhook_id: str, delivery_id: str) -> Record | None:
+async def get(
+    db: Database, workspace_id: str, webhook_id: str, delivery_id: str
+) -> DeliveryRow | None:
     async with db.acquire() as conn:
-        row: Record | None = await conn.fetchrow(
-            SQL.delivery, workspace_id, webhook_id, delivery_id
-        )
-    return row
+        row = await conn.fetchrow(SQL.delivery, workspace_id, webhook_id, delivery_id)
+    return None if row is None else as_row(DeliveryRow, row)
 
 
 async def list_page(
@@ -62,7 +63,7 @@ async def list_page(
     event_id: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
-) -> Page:
+) -> Page[DeliveryRow]:
     """A webhook's deliveries, newest first; `since` inclusive, `until` exclusive, on when
     they were created (their event's time)."""
     filters = (
@@ -79,10 +80,14 @@ async def list_page(
     if until is not None:
         filters.add("d.created_at < {}", until)
     async with db.acquire() as conn:
-        return await fetch_page(conn, SQL.deliveries_page, filters, limit, after, alias="d")
+        return await fetch_page(
+            conn, SQL.deliveries_page, DeliveryRow, filters, limit, after, alias="d"
+        )
 
 
-async def create_test(db: Database, workspace_id: str, webhook_id: str, now: datetime) -> Record:
+async def create_test(
+    db: Database, workspace_id: str, webhook_id: str, now: datetime
+) -> DeliveryRow:
     """A `webhook.test` event and its one delivery, whatever the webhook hears (even disabled)."""
     async with db.transaction() as conn:
         await _live_webhook(conn, workspace_id, webhook_id)
@@ -99,7 +104,7 @@ async def create_test(db: Database, workspace_id: str, webhook_id: str, now: dat
         )
         row = await fetch_one(conn, SQL.event_delivery, webhook_id, event_id, now)
     db.wake(DELIVERIES_CHANNEL)
-    return row
+    return as_row(DeliveryRow, row)
 
 
 EXPUNGED = "the delivery's event was expunged: its content is gone, so it cannot be sent again"
@@ -111,7 +116,7 @@ IN_FLIGHT = (
 
 async def retry(
     db: Database, workspace_id: str, webhook_id: str, delivery_id: str, now: datetime
-) -> Record:
+) -> DeliveryRow:
     """Make a delivery due now, whatever its status; same id, so the same `webhook-id`. A
     delivery whose event was expunged has nothing left to send: a conflict."""
     async with db.transaction() as conn:
@@ -122,7 +127,7 @@ async def retry(
             raise NotFound("delivery not found")
         if found["expunged"]:
             raise Conflict(EXPUNGED)
-        if hook["disabled_at"] is not None:
+        if hook.disabled_at is not None:
             raise Conflict("the webhook is disabled; enable it, then retry")
         # The history row's lock (above) orders retries of one delivery; the queue row's lock
         # orders this retry against claims (which skip locked rows).
@@ -136,7 +141,7 @@ async def retry(
             await conn.execute(SQL.make_due, delivery_id, now, AttemptTrigger.MANUAL_RETRY)
         row = await fetch_one(conn, SQL.delivery, workspace_id, webhook_id, delivery_id)
     db.wake(DELIVERIES_CHANNEL)
-    return row
+    return as_row(DeliveryRow, row)
 
 
 async def recover(
@@ -151,7 +156,7 @@ async def recover(
     disabled, or before it heard the type); returns how many were queued.
 
     Only events created at or after the subscription itself count: `since` earlier than its
-    `createdAt` is moved up to it. Deliveries pending (in flight or waiting) or delivered are
+    creation is moved up to it. Deliveries pending (in flight or waiting) or delivered are
     never touched, so recover cannot make a second, parallel send. Expunged events are
     skipped: they have nothing left to send (a range is recovered as far as it can be; a
     retry of one expunged delivery, by contrast, is refused).
@@ -159,9 +164,9 @@ async def recover(
     async with db.transaction() as conn:
         await expunge.hold_off_expunges(conn, workspace_id)
         hook = await _live_webhook(conn, workspace_id, webhook_id)
-        if hook["disabled_at"] is not None:
+        if hook.disabled_at is not None:
             raise Conflict("the webhook is disabled; enable it, then recover")
-        since = max(since, hook["created_at"])
+        since = max(since, hook.created_at)
         if until <= since:
             return 0
         requeued = [
@@ -186,12 +191,14 @@ async def list_for_event(
     *,
     limit: int,
     after: Position | None,
-) -> Page:
+) -> Page[DeliveryRow]:
     """A page of an event's deliveries, newest first."""
     # The statement's own parameters come first ($1..$3); the pager's conditions follow.
     filters = Filters(args=[event_id, event_created_at, workspace_id])
     async with db.acquire() as conn:
-        return await fetch_page(conn, SQL.event_deliveries_page, filters, limit, after, alias="d")
+        return await fetch_page(
+            conn, SQL.event_deliveries_page, DeliveryRow, filters, limit, after, alias="d"
+        )
 
 
 async def count_for_event(

@@ -16,10 +16,11 @@ import orjson
 from dispatcher import metrics, tracing
 from dispatcher.domain import ids
 from dispatcher.errors import IdempotencyKeyReused
-from dispatcher.store.database import Connection, Database, Record
+from dispatcher.store.database import Connection, Database
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
+from dispatcher.store.rows import EventRow, as_row
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
@@ -156,7 +157,7 @@ async def publish(
     async with session as conn:
         if idempotency_key is not None:
             await conn.execute(SQL.lock_idempotency_key, workspace_id, idempotency_key)
-            existing: Record | None = await conn.fetchrow(
+            existing = await conn.fetchrow(
                 SQL.find_idempotent_event,
                 workspace_id,
                 idempotency_key,
@@ -192,9 +193,9 @@ async def list_page(
     until: datetime | None,
     limit: int,
     after: Position | None,
-) -> Page:
+) -> Page[EventRow]:
     """The workspace's events, newest first, test events left out; `since` inclusive,
-    `until` exclusive, on createdAt."""
+    `until` exclusive, on when they were created."""
     filters = Filters().add("workspace_id = {}", workspace_id).add("type <> 'webhook.test'")
     if event_type is not None:
         filters.add("type = {}", event_type)
@@ -203,10 +204,10 @@ async def list_page(
     if until is not None:
         filters.add("created_at < {}", until)
     async with db.acquire() as conn:
-        return await fetch_page(conn, SQL.events_page, filters, limit, after)
+        return await fetch_page(conn, SQL.events_page, EventRow, filters, limit, after)
 
 
-async def get(db: Database, workspace_id: str, event_id: str) -> Record | None:
+async def get(db: Database, workspace_id: str, event_id: str) -> EventRow | None:
     async with db.acquire() as conn:
-        row: Record | None = await conn.fetchrow(SQL.event, workspace_id, event_id)
-    return row
+        row = await conn.fetchrow(SQL.event, workspace_id, event_id)
+    return None if row is None else as_row(EventRow, row)

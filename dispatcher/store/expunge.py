@@ -17,8 +17,9 @@ import orjson
 
 from dispatcher.domain import resources
 from dispatcher.domain.events import MESSAGE_EVENTS
-from dispatcher.store.database import Connection, Database, Record
+from dispatcher.store.database import Connection, Database
 from dispatcher.store.queries import Queries
+from dispatcher.store.rows import EventRow, MessageRow, as_row
 
 
 class SQL(Queries, file="expunge.sql"):
@@ -43,7 +44,7 @@ async def hold_off_expunges(conn: Connection, workspace_id: str) -> None:
     await conn.execute(SQL.lock_content_to_resend, workspace_id)
 
 
-async def event(db: Database, workspace_id: str, event_id: str, now: datetime) -> Record | None:
+async def event(db: Database, workspace_id: str, event_id: str, now: datetime) -> EventRow | None:
     """Erase an event's content, in one transaction: its payload (the envelope with
     `"data":null`, the only bytes an attempt could send from now on), the response excerpts
     of its deliveries' attempts, and its pending deliveries, given up (`expunged`). A delivery
@@ -54,13 +55,14 @@ async def event(db: Database, workspace_id: str, event_id: str, now: datetime) -
         # No retry or recover of the workspace runs meanwhile: none can queue a delivery of
         # this event after its queued ones are read below, nor send it without seeing this.
         await conn.execute(SQL.lock_content_to_expunge, workspace_id)
-        erased: Record | None = await conn.fetchrow(SQL.erase_event, workspace_id, event_id, now)
-        if erased is None:
+        found = await conn.fetchrow(SQL.erase_event, workspace_id, event_id, now)
+        if found is None:
             return None
+        erased = as_row(EventRow, found)
         delivery_ids = [
             row["id"]
             for row in await conn.fetch(
-                SQL.event_delivery_ids, erased["id"], erased["created_at"], workspace_id
+                SQL.event_delivery_ids, erased.id, erased.created_at, workspace_id
             )
         ]
         # The queue rows first, then the history (the engine's order): an attempt being
@@ -70,11 +72,13 @@ async def event(db: Database, workspace_id: str, event_id: str, now: datetime) -
             given_up = [row["delivery_id"] for row in queued]
             await conn.execute(SQL.give_up_expunged, given_up)
             await conn.execute(SQL.advance_lanes, given_up, now)
-        await conn.execute(SQL.erase_response_excerpts, delivery_ids, erased["created_at"])
+        await conn.execute(SQL.erase_response_excerpts, delivery_ids, erased.created_at)
     return erased
 
 
-async def message(db: Database, workspace_id: str, message_id: str, now: datetime) -> Record | None:
+async def message(
+    db: Database, workspace_id: str, message_id: str, now: datetime
+) -> MessageRow | None:
     """Erase a message's text, and the text in the data of every event that carried it (its
     `message.*` events; their deliveries not yet sent go without it), in one transaction.
     Expunging again changes nothing. Returns the message as store.messages.get does; None
@@ -84,16 +88,15 @@ async def message(db: Database, workspace_id: str, message_id: str, now: datetim
     made its event before, found below, or makes it after, from the row without the text.
     """
     async with db.transaction() as conn:
-        row: Record | None = await conn.fetchrow(
-            SQL.erase_message_text, workspace_id, message_id, now
-        )
-        if row is None:
+        found = await conn.fetchrow(SQL.erase_message_text, workspace_id, message_id, now)
+        if found is None:
             return None
+        row = as_row(MessageRow, found)
         carrying = await conn.fetch(
             SQL.events_carrying,
             workspace_id,
             message_id,
-            row["created_at"],
+            row.created_at,
             sorted(MESSAGE_EVENTS),
         )
         # The data keeps its members and their order (orjson, as it was first written); the

@@ -11,13 +11,15 @@ from datetime import datetime
 from typing import Any
 
 from dispatcher.domain import ids, resources
-from dispatcher.domain.enums import CallStatus, ConversationItemKind, Direction
+from dispatcher.domain.enums import CallStatus, ConversationItemKind, Direction, MessageStatus
+from dispatcher.domain.resources import MessageMedia
 from dispatcher.store import conversations
-from dispatcher.store.database import Connection, Database, Record, fetch_one
+from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.events import NewEvent, append_event, append_events
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
+from dispatcher.store.rows import CallRow, MessageRow, as_row, as_rows
 
 
 class SQL(Queries, file="messages.sql"):
@@ -64,7 +66,7 @@ async def create_outgoing(
     text: str,
     now: datetime,
     carrier_due_at: datetime,
-) -> Record:
+) -> MessageRow:
     """The message and its conversation's update in one statement: one round trip and one
     commit, atomic without a transaction of our own."""
     touch = _touch(
@@ -80,7 +82,7 @@ async def create_outgoing(
             text,
             carrier_due_at,
         )
-    return row
+    return as_row(MessageRow, row)
 
 
 async def create_incoming(
@@ -91,16 +93,17 @@ async def create_incoming(
     from_number: str,
     to_number: str,
     text: str,
-    media: list[dict[str, str]],
+    media: list[MessageMedia],
     now: datetime,
-) -> Record:
+) -> MessageRow:
     touch = _touch(
         workspace_id, number_id, from_number, now, ConversationItemKind.SMS_MESSAGE, incoming=True
     )
     async with db.transaction() as conn:
-        row = await fetch_one(
+        made = await fetch_one(
             conn, CREATE_INCOMING, *touch, ids.new_id(ids.MESSAGE), to_number, text, media
         )
+        row = as_row(MessageRow, made)
         await _inbound_event(conn, "message.received", resources.message(row), row, now)
     db.wake(DELIVERIES_CHANNEL)
     return row
@@ -118,14 +121,14 @@ async def create_call(
     duration_seconds: int | None,
     event_type: str,
     now: datetime,
-) -> Record:
+) -> CallRow:
     incoming = direction == Direction.INCOMING
     contact = from_number if incoming else to_number
     touch = _touch(
         workspace_id, number_id, contact, now, ConversationItemKind.CALL_LOG, incoming=incoming
     )
     async with db.transaction() as conn:
-        row = await fetch_one(
+        made = await fetch_one(
             conn,
             CREATE_CALL,
             *touch,
@@ -136,32 +139,37 @@ async def create_call(
             status,
             duration_seconds,
         )
+        row = as_row(CallRow, made)
         await _inbound_event(conn, event_type, resources.call(row), row, now)
     db.wake(DELIVERIES_CHANNEL)
     return row
 
 
 async def _inbound_event(
-    conn: Connection, event_type: str, data: Mapping[str, Any], row: Record, now: datetime
+    conn: Connection,
+    event_type: str,
+    data: Mapping[str, Any],
+    row: MessageRow | CallRow,
+    now: datetime,
 ) -> None:
     """The event an inbound message or call makes, about `data` (the resource of `row`), in
     its conversation's ordering lane."""
     await append_event(
         conn,
-        workspace_id=row["workspace_id"],
+        workspace_id=row.workspace_id,
         event_type=event_type,
-        number_id=row["number_id"],
+        number_id=row.number_id,
         data=data,
         source="inbound",
         created_at=now,
-        ordering_key=row["conversation_id"],
+        ordering_key=row.conversation_id,
     )
 
 
-async def get(db: Database, workspace_id: str, message_id: str) -> Record | None:
+async def get(db: Database, workspace_id: str, message_id: str) -> MessageRow | None:
     async with db.acquire() as conn:
-        row: Record | None = await conn.fetchrow(SQL.message, workspace_id, message_id)
-    return row
+        row = await conn.fetchrow(SQL.message, workspace_id, message_id)
+    return None if row is None else as_row(MessageRow, row)
 
 
 async def list_page(
@@ -173,7 +181,7 @@ async def list_page(
     direction: str | None,
     limit: int,
     after: Position | None,
-) -> Page:
+) -> Page[MessageRow]:
     filters = Filters().add("workspace_id = {}", workspace_id)
     if number_id is not None:
         filters.add("number_id = {}", number_id)
@@ -185,13 +193,12 @@ async def list_page(
     if direction is not None:
         filters.add("direction = {}", direction)
     async with db.acquire() as conn:
-        return await fetch_page(conn, SQL.messages_page, filters, limit, after)
+        return await fetch_page(conn, SQL.messages_page, MessageRow, filters, limit, after)
 
 
-async def claim_carrier_due(conn: Connection, now: datetime, limit: int) -> Sequence[Record]:
+async def claim_carrier_due(conn: Connection, now: datetime, limit: int) -> list[MessageRow]:
     """Outgoing messages the carrier should move along now (inside the caller's transaction)."""
-    rows: Sequence[Record] = await conn.fetch(SQL.claim_carrier_due, now, limit)
-    return rows
+    return as_rows(MessageRow, await conn.fetch(SQL.claim_carrier_due, now, limit))
 
 
 @dataclass(frozen=True)
@@ -200,7 +207,7 @@ class CarrierMove:
     none), and the event the step makes (None: none)."""
 
     message_id: str
-    status: str
+    status: MessageStatus
     carrier_due_at: datetime | None
     event_type: str | None
 
@@ -210,24 +217,25 @@ async def move_statuses(conn: Connection, moves: Sequence[CarrierMove], *, now: 
     batch's size (inside the caller's transaction); returns the deliveries created."""
     if not moves:
         return 0
-    rows = await conn.fetch(
+    moved = await conn.fetch(
         SQL.move_statuses,
         [move.message_id for move in moves],
         [move.status for move in moves],
         [move.carrier_due_at for move in moves],
         now,
     )
+    rows = as_rows(MessageRow, moved)
     event_types = {move.message_id: move.event_type for move in moves}
     # Each in its conversation's ordering lane.
     made = [
         NewEvent(
-            row["workspace_id"],
+            row.workspace_id,
             event_type,
-            row["number_id"],
+            row.number_id,
             resources.message(row),
-            ordering_key=row["conversation_id"],
+            ordering_key=row.conversation_id,
         )
         for row in rows
-        if (event_type := event_types[row["id"]]) is not None
+        if (event_type := event_types[row.id]) is not None
     ]
     return await append_events(conn, made, source="carrier", created_at=now)

@@ -6,19 +6,19 @@ pages never shift or repeat rows it has already seen.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic
 
-from dispatcher.store.database import Connection, Record
+from dispatcher.store.database import Connection
+from dispatcher.store.rows import RowT, as_rows
 
 Position = tuple[datetime, str]
 
 
-@dataclass
-class Page:
-    rows: list[Record]
+@dataclass(frozen=True, slots=True)
+class Page(Generic[RowT]):
+    rows: list[RowT]
     last: Position | None  # position of the last row when more rows follow, else None
 
 
@@ -27,7 +27,7 @@ class Filters:
     """WHERE conditions with `{}` standing for the next positional parameter."""
 
     conditions: list[str] = field(default_factory=list)
-    args: list[Any] = field(default_factory=list)
+    args: list[Any] = field(default_factory=list)  # bound as they are, whatever their type
 
     def add(self, condition: str, *values: Any) -> Filters:
         numbers = [f"${len(self.args) + i + 1}" for i in range(len(values))]
@@ -39,11 +39,14 @@ class Filters:
 async def fetch_page(
     conn: Connection,
     select: str,
+    row_type: type[RowT],
     filters: Filters,
     limit: int,
     after: Position | None,
     alias: str = "",
-) -> Page:
+) -> Page[RowT]:
+    """One page of `select`'s rows as `row_type`s (its columns must include `created_at` and
+    `id`, the page position)."""
     prefix = f"{alias}." if alias else ""
     if after is not None:
         filters.add(f"({prefix}created_at, {prefix}id) < ({{}}, {{}})", after[0], after[1])
@@ -52,8 +55,8 @@ async def fetch_page(
         f"{select} WHERE {where} "
         f"ORDER BY {prefix}created_at DESC, {prefix}id DESC LIMIT {int(limit) + 1}"
     )
-    rows: Sequence[Record] = await conn.fetch(sql, *filters.args)
-    if len(rows) > limit:
-        kept = list(rows[:limit])
-        return Page(kept, (kept[-1]["created_at"], kept[-1]["id"]))
-    return Page(list(rows), None)
+    records = await conn.fetch(sql, *filters.args)
+    if len(records) > limit:
+        last = records[limit - 1]
+        return Page(as_rows(row_type, records[:limit]), (last["created_at"], last["id"]))
+    return Page(as_rows(row_type, records), None)

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from dispatcher.domain import ids, operational
 from dispatcher.domain.enums import DisabledReason, Ordering
 from dispatcher.domain.signing import new_secret
 from dispatcher.errors import NotFound
-from dispatcher.store.database import Connection, Database, Record
+from dispatcher.store.database import Connection, Database
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.operational import publish as publish_operational
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
+from dispatcher.store.rows import LockedWebhookRow, WebhookRow, as_row
 
 
 class SQL(Queries, file="webhooks.sql"):
@@ -39,17 +40,36 @@ class SQL(Queries, file="webhooks.sql"):
     leave_lanes: str
 
 
-# The fields of a change that `update` writes, in the order of its parameters.
+class WebhookChanges(TypedDict, total=False):
+    """A change to a webhook, by column: a key present is set (None clears what may be
+    cleared), a key absent is kept. `headers` and `secret_headers` are replaced whole (`{}`:
+    none); `payload_filter` is stored as given (None: no filter); `enabled` moves the webhook
+    between live and disabled (manual)."""
+
+    url: str
+    events: list[str]
+    name: str | None
+    number_ids: list[str] | None
+    max_concurrency: int | None
+    headers: dict[str, str]
+    secret_headers: dict[str, str]
+    payload_filter: dict[str, Any] | None
+    rate_limit: int | None
+    ordering: Ordering
+    enabled: bool
+
+
+# The columns of a change that `update` writes, in the order of its parameters.
 UPDATE_FIELDS = (
     "url",
     "events",
     "name",
-    "numberIds",
-    "maxConcurrency",
+    "number_ids",
+    "max_concurrency",
     "headers",
-    "secretHeaders",
-    "filter",
-    "rateLimit",
+    "secret_headers",
+    "payload_filter",
+    "rate_limit",
     "ordering",
 )
 DISABLED_ERROR = "webhook disabled"
@@ -71,7 +91,7 @@ async def create(
     payload_filter: Mapping[str, Any] | None = None,
     rate_limit: int | None = None,
     ordering: Ordering = Ordering.NONE,
-) -> tuple[Record, str]:
+) -> tuple[WebhookRow, str]:
     """A new live subscription; returns it and its signing secret. The custom headers and
     the filter are stored as given (the API checked them; `{}` filters nothing)."""
     async with db.acquire() as conn:
@@ -107,10 +127,10 @@ async def insert(
     payload_filter: Mapping[str, Any] | None = None,
     rate_limit: int | None = None,
     ordering: Ordering = Ordering.NONE,
-) -> tuple[Record, str]:
+) -> tuple[WebhookRow, str]:
     """`create` on a connection the caller holds (the demo is made in one transaction)."""
     secret = new_secret()
-    row: Record | None = await conn.fetchrow(
+    row = await conn.fetchrow(
         SQL.create,
         ids.new_id(ids.WEBHOOK),
         workspace_id,
@@ -128,12 +148,12 @@ async def insert(
         ordering,
     )
     assert row is not None
-    return row, secret
+    return as_row(WebhookRow, row), secret
 
 
-async def get(conn: Connection, workspace_id: str, webhook_id: str) -> Record | None:
-    row: Record | None = await conn.fetchrow(SQL.webhook, workspace_id, webhook_id)
-    return row
+async def get(conn: Connection, workspace_id: str, webhook_id: str) -> WebhookRow | None:
+    row = await conn.fetchrow(SQL.webhook, workspace_id, webhook_id)
+    return None if row is None else as_row(WebhookRow, row)
 
 
 async def exists(
@@ -143,7 +163,7 @@ async def exists(
     return bool(found)
 
 
-async def find(db: Database, workspace_id: str, webhook_id: str) -> Record | None:
+async def find(db: Database, workspace_id: str, webhook_id: str) -> WebhookRow | None:
     """The workspace's live webhook, or None."""
     async with db.acquire() as conn:
         return await get(conn, workspace_id, webhook_id)
@@ -157,10 +177,12 @@ async def require_readable(db: Database, workspace_id: str, webhook_id: str) -> 
             raise NotFound("webhook not found")
 
 
-async def list_page(db: Database, workspace_id: str, *, limit: int, after: Position | None) -> Page:
+async def list_page(
+    db: Database, workspace_id: str, *, limit: int, after: Position | None
+) -> Page[WebhookRow]:
     filters = Filters().add("workspace_id = {}", workspace_id).add("deleted_at IS NULL")
     async with db.acquire() as conn:
-        return await fetch_page(conn, SQL.webhooks_page, filters, limit, after)
+        return await fetch_page(conn, SQL.webhooks_page, WebhookRow, filters, limit, after)
 
 
 async def give_up_pending(conn: Connection, webhook_ids: Sequence[str], reason: str) -> int:
@@ -195,48 +217,48 @@ async def update(
     db: Database,
     workspace_id: str,
     webhook_id: str,
-    changes: dict[str, Any],
+    changes: WebhookChanges,
     now: datetime,
-    check: Callable[[Record], None] | None = None,
-) -> Record | None:
-    """Apply a PATCH: only the keys present in `changes` change; `enabled` moves between
-    live and disabled (manual), and the workspace is told (`webhook.enabled`,
-    `webhook.disabled`). `headers`, `secretHeaders` and `filter` are stored as given
-    (`{}` for no headers, None for no filter). A rate limit set gets its bucket, one cleared
-    loses it; a change of `ordering` moves the queued deliveries into their lanes or out of
-    them.
+    check: Callable[[LockedWebhookRow], None] | None = None,
+) -> WebhookRow | None:
+    """Apply a change: only the keys present in `changes` change (see `WebhookChanges`);
+    when `enabled` changes, the workspace is told (`webhook.enabled`, `webhook.disabled`). A
+    rate limit set gets its bucket, one cleared loses it; a change of `ordering` moves the
+    queued deliveries into their lanes or out of them. None when the workspace has no such
+    live webhook.
 
-    `check`, when given, sees the webhook as it is (locked: `headers` and `secret_headers`
+    `check`, when given, sees the webhook as it is (locked: its headers and secret headers
     included) before anything changes, and may raise to refuse the change: a rule that
-    spans a changed field and a kept one holds against concurrent PATCHes."""
+    spans a changed field and a kept one holds against concurrent changes."""
     async with db.transaction() as conn:
-        current = await conn.fetchrow(SQL.lock_webhook, workspace_id, webhook_id)
-        if current is None:
+        locked = await conn.fetchrow(SQL.lock_webhook, workspace_id, webhook_id)
+        if locked is None:
             return None
+        current = as_row(LockedWebhookRow, locked)
         if check is not None:
             check(current)
         if any(field in changes for field in UPDATE_FIELDS):
             # Each field as (whether it changes, its new value), as `update` takes them.
             flagged = [v for field in UPDATE_FIELDS for v in (field in changes, changes.get(field))]
             await conn.execute(SQL.update, webhook_id, *flagged)
-        if "rateLimit" in changes:
-            bucket = SQL.drop_bucket if changes["rateLimit"] is None else SQL.add_bucket
+        if "rate_limit" in changes:
+            bucket = SQL.drop_bucket if changes["rate_limit"] is None else SQL.add_bucket
             await conn.execute(bucket, webhook_id)
-        ordering = changes.get("ordering", current["ordering"])
-        if ordering != current["ordering"]:
+        ordering = changes.get("ordering", current.ordering)
+        if ordering != current.ordering:
             if ordering == Ordering.FIFO:
                 await conn.execute(SQL.join_lanes, webhook_id)
             else:
                 await conn.execute(SQL.leave_lanes, webhook_id, now)
         enabled = changes.get("enabled")
-        if enabled is False and current["disabled_at"] is None:
+        if enabled is False and current.disabled_at is None:
             await disable(conn, [webhook_id], DisabledReason.MANUAL, now)
-        elif enabled is True and current["disabled_at"] is not None:
+        elif enabled is True and current.disabled_at is not None:
             await conn.execute(SQL.enable, webhook_id)
             told = [operational.webhook_enabled(workspace_id, webhook_id)]
             await publish_operational(conn, told, now)
         updated = await get(conn, workspace_id, webhook_id)
-    if enabled is not None or ordering != current["ordering"]:
+    if enabled is not None or ordering != current.ordering:
         # The operational event's deliveries, or those a fifo -> none change released.
         db.wake(DELIVERIES_CHANNEL)
     return updated

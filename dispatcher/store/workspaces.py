@@ -19,10 +19,11 @@ import asyncpg
 from dispatcher.domain import ids
 from dispatcher.errors import Conflict, NotFound
 from dispatcher.store import webhooks
-from dispatcher.store.database import Connection, Database, Record
+from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.key_cache import ApiKey, KeyCache
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
+from dispatcher.store.rows import ApiKeyRow, PhoneNumberRow, WorkspaceRow, as_row
 
 __all__ = ["ApiKey"]  # with the functions below; ApiKey's home is key_cache
 
@@ -55,30 +56,31 @@ def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-async def insert_workspace(db: Database, name: str, *, demo: bool = False) -> Record:
+async def insert_workspace(db: Database, name: str, *, demo: bool = False) -> WorkspaceRow:
     """A new workspace: its id, name and creation time."""
     async with db.acquire() as conn:
-        row = await conn.fetchrow(SQL.insert_workspace, ids.new_id(ids.WORKSPACE), name, demo)
-    assert row is not None
-    return row
+        row = await fetch_one(conn, SQL.insert_workspace, ids.new_id(ids.WORKSPACE), name, demo)
+    return as_row(WorkspaceRow, row)
 
 
 async def create_workspace(db: Database, name: str, *, demo: bool = False) -> str:
     """A new workspace's id."""
-    return str((await insert_workspace(db, name, demo=demo))["id"])
+    return (await insert_workspace(db, name, demo=demo)).id
 
 
-async def get_workspace(db: Database, workspace_id: str) -> Record | None:
+async def get_workspace(db: Database, workspace_id: str) -> WorkspaceRow | None:
     async with db.acquire() as conn:
-        row: Record | None = await conn.fetchrow(SQL.workspace, workspace_id)
-    return row
+        row = await conn.fetchrow(SQL.workspace, workspace_id)
+    return None if row is None else as_row(WorkspaceRow, row)
 
 
-async def list_workspaces(db: Database, *, limit: int, after: Position | None) -> Page:
+async def list_workspaces(
+    db: Database, *, limit: int, after: Position | None
+) -> Page[WorkspaceRow]:
     async with db.acquire() as conn:
         # The operator sink's internal workspace is nobody's to see.
         filters = Filters().add("NOT operator")
-        return await fetch_page(conn, SQL.workspaces_page, filters, limit, after)
+        return await fetch_page(conn, SQL.workspaces_page, WorkspaceRow, filters, limit, after)
 
 
 async def _require_workspace(conn: Connection, workspace_id: str) -> None:
@@ -86,46 +88,46 @@ async def _require_workspace(conn: Connection, workspace_id: str) -> None:
         raise NotFound(f"workspace {workspace_id} does not exist")
 
 
-async def insert_number(db: Database, workspace_id: str, number: str) -> Record:
+async def insert_number(db: Database, workspace_id: str, number: str) -> PhoneNumberRow:
     """Register `number` (E.164, checked by the caller) to the workspace. A number belongs to
     one workspace at most: registered anywhere already (this workspace included), Conflict."""
     async with db.acquire() as conn:
         try:
-            row = await conn.fetchrow(
-                SQL.insert_number, ids.new_id(ids.NUMBER), workspace_id, number
+            row = await fetch_one(
+                conn, SQL.insert_number, ids.new_id(ids.NUMBER), workspace_id, number
             )
         except asyncpg.ForeignKeyViolationError as exc:
             raise NotFound(f"workspace {workspace_id} does not exist") from exc
         except asyncpg.UniqueViolationError as exc:
             raise Conflict(f"number {number} is already registered") from exc
-    assert row is not None
-    return row
+    return as_row(PhoneNumberRow, row)
 
 
 async def add_number(db: Database, workspace_id: str, number: str) -> str:
     """The new number's id (see `insert_number`)."""
-    return str((await insert_number(db, workspace_id, number))["id"])
+    return (await insert_number(db, workspace_id, number)).id
 
 
 async def list_numbers(
     db: Database, workspace_id: str, *, limit: int, after: Position | None
-) -> Page:
+) -> Page[PhoneNumberRow]:
     """A page of the workspace's numbers; NotFound when there is no such workspace."""
     async with db.acquire() as conn:
         await _require_workspace(conn, workspace_id)
         filters = Filters().add("workspace_id = {}", workspace_id)
-        return await fetch_page(conn, SQL.numbers_page, filters, limit, after)
+        return await fetch_page(conn, SQL.numbers_page, PhoneNumberRow, filters, limit, after)
 
 
 async def insert_key(
     db: Database, workspace_id: str, scopes: Sequence[str], name: str | None = None
-) -> tuple[Record, str]:
+) -> tuple[ApiKeyRow, str]:
     """A new key: its row (no hash) and the key itself, which is not stored (only its hash
     is) and so can be shown this once."""
     key = new_key()
     async with db.acquire() as conn:
         try:
-            row = await conn.fetchrow(
+            row = await fetch_one(
+                conn,
                 SQL.insert_key,
                 ids.new_id(ids.API_KEY),
                 workspace_id,
@@ -135,23 +137,24 @@ async def insert_key(
             )
         except asyncpg.ForeignKeyViolationError as exc:
             raise NotFound(f"workspace {workspace_id} does not exist") from exc
-    assert row is not None
-    return row, key
+    return as_row(ApiKeyRow, row), key
 
 
 async def create_key(db: Database, workspace_id: str, scopes: Sequence[str]) -> tuple[str, str]:
     """A new key; returns (key id, key). Only the key's hash is stored."""
     row, key = await insert_key(db, workspace_id, scopes)
-    return str(row["id"]), key
+    return row.id, key
 
 
-async def list_keys(db: Database, workspace_id: str, *, limit: int, after: Position | None) -> Page:
+async def list_keys(
+    db: Database, workspace_id: str, *, limit: int, after: Position | None
+) -> Page[ApiKeyRow]:
     """A page of the workspace's keys, revoked ones included (no key material: not even the
     hash); NotFound when there is no such workspace."""
     async with db.acquire() as conn:
         await _require_workspace(conn, workspace_id)
         filters = Filters().add("workspace_id = {}", workspace_id)
-        return await fetch_page(conn, SQL.keys_page, filters, limit, after)
+        return await fetch_page(conn, SQL.keys_page, ApiKeyRow, filters, limit, after)
 
 
 async def revoke_key(

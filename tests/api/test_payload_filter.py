@@ -319,10 +319,10 @@ async def test_the_filter_test_needs_webhooks_read_and_the_workspaces_own_webhoo
         db, workspace_id=reader.id, url=URL, events=["contact.updated"], name=None,
         number_ids=None, max_concurrency=None, now=datetime.now(UTC), payload_filter={"a": 1},
     )  # fmt: skip
-    resp = await filter_test(client, reader, own["id"], body)
+    resp = await filter_test(client, reader, own.id, body)
     assert resp.status == 200, await resp.text()
     assert await resp.json() == {"matches": True}
-    resp = await filter_test(client, reader, own["id"], {"data": {"a": 2}})
+    resp = await filter_test(client, reader, own.id, {"data": {"a": 2}})
     assert await resp.json() == {"matches": False}
     # A deleted webhook is gone for this too.
     await client.delete(f"/v1/webhooks/{hook['id']}", headers=ws.headers)

@@ -30,6 +30,7 @@ from dispatcher.engine.worker import Engine
 from dispatcher.settings import Settings
 from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
+from dispatcher.store.rows import DeliveryRow, as_row
 from tests.cli.test_cli import cli
 from tests.conftest import wait_for
 from tests.receiver import Receiver
@@ -177,7 +178,7 @@ async def reads_before_upgrade(url: str, by_state: dict[str, str]) -> dict[str, 
         for state, delivery_id in by_state.items():
             row = await conn.fetchrow(VERSION_ONE_DELIVERY, delivery_id)
             assert row is not None, state
-            shown[state] = orjson.loads(orjson.dumps(resources.delivery(row)))
+            shown[state] = orjson.loads(orjson.dumps(resources.delivery(as_row(DeliveryRow, row))))
         return shown
     finally:
         await conn.close()
