@@ -1,7 +1,8 @@
 """The attempt log (schema.sql: delivery_attempts), as the API reads it.
 
-Attempts are written by the engine's record statement (store/queue.py: RECORD), one per
-attempt, in the same statement as their delivery; this module only reads them. They carry no
+Attempts are written by the engine's record statement (queries/queue.sql: `record`), one per
+attempt, in the same statement as their delivery; this module only reads them (its statement
+is in queries/attempts.sql). They carry no
 workspace: the caller has checked that the webhook (and the delivery) are the workspace's.
 """
 
@@ -11,12 +12,12 @@ from datetime import datetime
 
 from dispatcher.store.database import Database
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
+from dispatcher.store.queries import Queries
 from dispatcher.store.rows import AttemptRow
 
-SELECT = (
-    "SELECT id, delivery_id, webhook_id, attempt_number, created_at, response_status, "
-    "response_ms, outcome, error, response_body, trigger FROM delivery_attempts"
-)
+
+class SQL(Queries, file="attempts.sql"):
+    attempts_page: str
 
 
 async def list_for_delivery(
@@ -36,7 +37,7 @@ async def list_for_delivery(
         .add("webhook_id = {}", webhook_id)
     )
     async with db.acquire() as conn:
-        return await fetch_page(conn, SELECT, AttemptRow, filters, limit, after)
+        return await fetch_page(conn, SQL.attempts_page, AttemptRow, filters, limit, after)
 
 
 async def list_for_webhook(
@@ -59,4 +60,4 @@ async def list_for_webhook(
     if until is not None:
         filters.add("created_at < {}", until)
     async with db.acquire() as conn:
-        return await fetch_page(conn, SELECT, AttemptRow, filters, limit, after)
+        return await fetch_page(conn, SQL.attempts_page, AttemptRow, filters, limit, after)

@@ -55,7 +55,7 @@ STATEMENTS: list[tuple[str, str, type[NamedTuple]]] = [
     ("deliveries.delivery", deliveries.SQL.delivery, DeliveryRow),
     ("deliveries.event_delivery", deliveries.SQL.event_delivery, DeliveryRow),
     ("deliveries.event_deliveries_page", deliveries.SQL.event_deliveries_page, DeliveryRow),
-    ("attempts.SELECT", attempts.SELECT, AttemptRow),
+    ("attempts.attempts_page", attempts.SQL.attempts_page, AttemptRow),
     ("events.events_page", events.SQL.events_page, EventRow),
     ("events.event", events.SQL.event, EventRow),
     ("expunge.erase_event", expunge.SQL.erase_event, EventRow),

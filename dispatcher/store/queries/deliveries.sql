@@ -1,6 +1,6 @@
 -- Deliveries as the API sees them: read, list, test, retry, recover (dispatcher/store/
 -- deliveries.py). New deliveries are made by schema.sql's dispatcher_add_deliveries alone, with
--- their rows in the engine's queue; the engine's own statements are in dispatcher/store/queue.py.
+-- their rows in the engine's queue; the engine's own statements are in queries/queue.sql.
 
 -- name: deliveries_page
 -- A page of deliveries with their events' payloads (store/pages.py adds the conditions, the
