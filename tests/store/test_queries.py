@@ -127,6 +127,8 @@ async def test_every_statement_is_valid_against_the_schema(db: Database) -> None
         day = await conn.fetchval("SELECT to_char(current_date, 'YYYYMMDD')")
         for file in _query_files():
             for statement in queries.load(file).values():
+                if statement.part:  # a piece of the statements that include it
+                    continue
                 sql = sent_as.get((file, statement.name), statement.sql).replace("{day}", day)
                 if ";" in sql:  # several statements: the simple protocol only runs them
                     continue
@@ -144,28 +146,50 @@ def test_the_files_ship_in_the_wheel() -> None:
     assert (ROOT / "dispatcher" / "store" / "queries" / "__init__.py").exists()
 
 
-def _steps(sql: str) -> tuple[str, str, str]:
-    """A claim cut in three: the steps before its walk, the walk, and every step after it."""
-    walk = re.search(r"^\), (?:due|visited) AS \($", sql, re.MULTILINE)
-    rest = re.search(r"^\), busy AS \($", sql, re.MULTILINE)
-    assert walk is not None and rest is not None and walk.start() < rest.start(), sql[:200]
-    return sql[: walk.start()], sql[walk.start() : rest.start()], sql[rest.start() :]
+def test_a_part_is_written_once_and_expanded_where_it_is_included() -> None:
+    text = """
+-- name: walk_a
+-- One variant.
+-- include: first
+WHERE a
+-- include: last
+-- name: walk_b
+-- Another.
+-- include: first
+WHERE b
+-- include: last
+-- name: first
+-- The shared start.
+SELECT x FROM t
+-- name: last
+-- The shared end.
+LIMIT 1
+"""
+    found = parse(text)
+    assert found["walk_a"].sql == "SELECT x FROM t\nWHERE a\nLIMIT 1"
+    assert found["walk_b"].sql == "SELECT x FROM t\nWHERE b\nLIMIT 1"
+    assert found["walk_a"].description == "One variant."
+    assert [name for name, query in found.items() if query.part] == ["first", "last"]
+    with pytest.raises(QueryFileError, match="includes missing"):
+        parse("-- name: a\n-- A.\n-- include: missing\n", "bad.sql")
+    with pytest.raises(QueryFileError, match="include parts themselves"):
+        parse(
+            "-- name: a\n-- A.\n-- include: b\n-- name: b\n-- B.\nSELECT 1\n-- include: c\n"
+            "-- name: c\n-- C.\nWHERE true\n",
+            "bad.sql",
+        )
 
 
-def test_the_three_claims_differ_only_in_their_walk() -> None:
-    """queue.sql writes the claim out three times (head walk, window, endpoint visits): what
-    comes before the walk (saturated and limited endpoints) and after it (slots, lanes, rates,
-    leases, what is returned) must stay the same text in all three."""
-    claims = {
-        "claim": _steps(queue.SQL.claim),
-        "claim_window": _steps(queue.SQL.claim_window),
-        "claim_endpoints": _steps(queue.SQL.claim_endpoints),
-    }
-    before, _, after = claims["claim"]
-    for name, (their_before, _, their_after) in claims.items():
-        assert their_before == before, f"{name}: the steps before the walk differ from claim's"
-        assert their_after == after, f"{name}: the steps after the walk differ from claim's"
-    assert len({walk for _, walk, _ in claims.values()}) == 3
+def test_the_three_claims_share_their_steps_but_their_walk() -> None:
+    """queue.sql writes the claim's steps before and after its walk once, as parts: the three
+    variants differ in their walk alone."""
+    found = queries.load("queue.sql")
+    first, last = found["claim_first_steps"].sql, found["claim_last_steps"].sql
+    walks = set()
+    for claim in (queue.SQL.claim, queue.SQL.claim_window, queue.SQL.claim_endpoints):
+        assert claim.startswith(first + "\n") and claim.endswith("\n" + last)
+        walks.add(claim[len(first) : -len(last)])
+    assert len(walks) == 3
 
 
 def _words(sql: str) -> str:

@@ -21,6 +21,11 @@ class declares that the file lacks, or one the file holds that the class does no
 SQL), fails the import, never a call; a misspelt attribute fails mypy. Each file is bound by
 exactly one class.
 
+Steps that several statements share are written once, as a named part, and each statement
+stands for it with a line `-- include: part_name` (the claim's three variants share all but
+their walk). A part is expanded where it is included, when the file is read; it is no statement
+of its own, so no class declares it.
+
 What the database itself runs (the outbox function users call, the fan-out, the envelope,
 triggers) lives in schema.sql; these statements call it by name. The folder ships in the wheel
 as package data (pyproject.toml), read with importlib.resources like the migrations.
@@ -37,6 +42,8 @@ from importlib import resources
 from typing import Any, ClassVar
 
 HEADER = re.compile(r"^-- name: *(\S*)[ \t]*$", re.MULTILINE)
+# A line of a statement that stands for a part written once in the same file (see `parse`).
+INCLUDE = re.compile(r"^-- include: *(\S+)[ \t]*$", re.MULTILINE)
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 # Which class binds each file (one per file).
@@ -54,6 +61,7 @@ class Query:
     name: str
     description: str  # the comment under the name, joined into one line
     sql: str
+    part: bool = False  # included by another block: a piece of statements, never sent alone
 
 
 def parse(text: str, file: str = "<text>") -> dict[str, Query]:
@@ -67,7 +75,11 @@ def parse(text: str, file: str = "<text>") -> dict[str, Query]:
         if name in queries:
             raise QueryFileError(f"{file}: {name} is named twice")
         lines = block.strip("\n").splitlines()
-        comment = list(itertools.takewhile(lambda line: line.startswith("--"), lines))
+        comment = list(
+            itertools.takewhile(
+                lambda line: line.startswith("--") and not INCLUDE.match(line), lines
+            )
+        )
         description = " ".join(line.removeprefix("--").strip() for line in comment).strip()
         sql = "\n".join(lines[len(comment) :]).strip()
         if not description:
@@ -75,7 +87,28 @@ def parse(text: str, file: str = "<text>") -> dict[str, Query]:
         if not sql:
             raise QueryFileError(f"{file}: {name} has no statement")
         queries[name] = Query(name, description, sql)
-    return queries
+    return _with_parts(queries, file)
+
+
+def _with_parts(queries: dict[str, Query], file: str) -> dict[str, Query]:
+    """Each `-- include: part` line replaced by that block's statement text: steps several
+    statements share (the claim's variants) are written once. A block that is included is a
+    part: no class declares it, and it is never sent alone."""
+    included = {part for query in queries.values() for part in INCLUDE.findall(query.sql)}
+    unknown = sorted(included - queries.keys())
+    if unknown:
+        raise QueryFileError(f"{file}: includes {', '.join(unknown)}, which it does not name")
+    nested = sorted(part for part in included if INCLUDE.search(queries[part].sql))
+    if nested:
+        raise QueryFileError(f"{file}: the parts {', '.join(nested)} include parts themselves")
+
+    def expand(match: re.Match[str]) -> str:
+        return queries[match.group(1)].sql
+
+    return {
+        name: Query(name, query.description, INCLUDE.sub(expand, query.sql), name in included)
+        for name, query in queries.items()
+    }
 
 
 @functools.cache
@@ -96,8 +129,8 @@ class Queries:
         found = load(file)
         # This class's own annotations (not a base's): the statements it sends.
         declared = list(inspect.get_annotations(cls))
-        missing = [name for name in declared if name not in found]
-        unused = [name for name in found if name not in declared]
+        missing = [name for name in declared if name not in found or found[name].part]
+        unused = [name for name in found if name not in declared and not found[name].part]
         if missing or unused:
             raise QueryFileError(
                 f"{file} and {cls.__module__}.{cls.__qualname__} disagree: "

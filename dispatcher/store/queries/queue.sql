@@ -6,10 +6,11 @@
 -- (their `due` step, and `visited` before it): `claim` walks the head of the due index,
 -- `claim_window` the same within a window, `claim_endpoints` visits a few endpoints from a
 -- random point. The steps before the walk (`saturated`, `limited`) and after it (slots, lanes,
--- rates, leases, what it returns) are written out in each, word for word:
--- tests/store/test_queries.py checks that they stay so. Their parameters: $1 now (rows due at
--- or before it), $2 the engine claiming (the lease owner), $3 how many rows at most, $4 the
--- slots of an endpoint without a max_concurrency of its own; $5 and $6 as each variant says.
+-- rates, leases, what it returns) are written once, as the parts `claim_first_steps` and
+-- `claim_last_steps` that each variant includes (`-- include:`, queries/__init__.py). Their
+-- parameters: $1 now (rows due at or before it), $2 the engine claiming (the lease owner), $3
+-- how many rows at most, $4 the slots of an endpoint without a max_concurrency of its own; $5
+-- and $6 as each variant says.
 
 -- name: index_walks_only
 -- The planner settings the engine's statements run under, sent first in their transaction (and
@@ -29,21 +30,7 @@ SET LOCAL enable_bitmapscan = off
 -- row whose event was expunged, or whose webhook is disabled or deleted, is given up instead.
 -- Returns each leased row with all that sending it needs. This one walks the head of the due
 -- index (delivery_queue_due), reading about as many entries as it takes.
-WITH saturated AS (
-    -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
-    -- flight). They are left out of the walk below, so that a slow or hanging endpoint's
-    -- backlog never fills a claim.
-    SELECT l.webhook_id
-    FROM delivery_queue l
-    JOIN webhooks w ON w.id = l.webhook_id
-    WHERE l.lease_owner IS NOT NULL
-    GROUP BY l.webhook_id, w.max_concurrency
-    HAVING count(*) >= coalesce(w.max_concurrency, $4)
-), limited AS (
-    -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
-    -- walk passes their backlog by too, as a saturated one's. Read through the index: only
-    -- the endpoints waiting now.
-    SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
+-- include: claim_first_steps
 ), due AS (
     -- Due rows in due order, walking delivery_queue_due lazily: a claim reads about as many
     -- entries as it takes (plus those of saturated endpoints it passes). Rows another engine
@@ -57,181 +44,15 @@ WITH saturated AS (
     LIMIT $3
     FOR UPDATE OF q SKIP LOCKED
 -- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
--- in the three claims, word for word).
-), busy AS (
-    -- Requests in flight now for the endpoints just walked.
-    SELECT l.webhook_id, count(*) AS n
-    FROM delivery_queue l
-    WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
-    GROUP BY l.webhook_id
--- Ordered delivery (delivery_lanes in schema.sql): what the claim does with the fifo rows it
--- walked (`lane` not NULL; none in the common case, and then these steps read nothing).
-), walked_lanes AS (
-    -- The lanes of the rows walked, as this statement's snapshot knows them.
-    SELECT d.webhook_id, d.lane,
-           EXISTS (SELECT 1 FROM delivery_lanes l
-                   WHERE l.webhook_id = d.webhook_id AND l.lane = d.lane) AS known
-    FROM (SELECT DISTINCT webhook_id, lane FROM due WHERE lane IS NOT NULL) d
-), held_lanes AS (
-    -- Known lanes, locked: their head as it is now. A lane another claim or a record holds
-    -- is left alone (its rows neither taken nor parked by this claim).
-    SELECT l.webhook_id, l.lane, l.head_id
-    FROM walked_lanes k
-    CROSS JOIN LATERAL (
-        SELECT * FROM delivery_lanes l
-        WHERE l.webhook_id = k.webhook_id AND l.lane = k.lane
-        FOR UPDATE SKIP LOCKED
-    ) l
-    WHERE k.known
-), made_lanes AS (
-    -- New lanes, headed by their first member (made by another claim meanwhile: left alone).
-    INSERT INTO delivery_lanes (webhook_id, lane, head_id)
-    SELECT k.webhook_id, k.lane,
-           (SELECT m.delivery_id FROM delivery_queue m
-            WHERE m.webhook_id = k.webhook_id AND m.lane = k.lane
-            ORDER BY m.lane_seq LIMIT 1)
-    FROM walked_lanes k
-    WHERE NOT k.known
-    ORDER BY k.webhook_id, k.lane
-    ON CONFLICT DO NOTHING
-    RETURNING webhook_id, lane, head_id
-), heads AS (
-    -- The head of each lane this claim holds. A head no longer in the queue (given up on a
-    -- disable or a delete) is replaced by the lane's first member.
-    SELECT webhook_id, lane, head_id, false AS named FROM made_lanes
-    UNION ALL
-    SELECT h.webhook_id, h.lane,
-           CASE WHEN h.queued THEN h.head_id
-                ELSE (SELECT m.delivery_id FROM delivery_queue m
-                      WHERE m.webhook_id = h.webhook_id AND m.lane = h.lane
-                      ORDER BY m.lane_seq LIMIT 1)
-           END,
-           NOT h.queued
-    FROM (
-        SELECT held_lanes.*,
-               EXISTS (SELECT 1 FROM delivery_queue s WHERE s.delivery_id = head_id) AS queued
-        FROM held_lanes
-    ) h
-), renamed AS (
-    UPDATE delivery_lanes l
-    SET head_id = heads.head_id
-    FROM heads
-    WHERE heads.named AND heads.head_id IS NOT NULL
-      AND l.webhook_id = heads.webhook_id AND l.lane = heads.lane
-), woken AS (
-    -- A head named so may have been parked: it is due now. (Parked: `due_at` infinite, read
-    -- off the row found by its id; as an index condition it would walk every parked row.)
-    UPDATE delivery_queue q
-    SET due_at = $1
-    FROM heads
-    WHERE heads.named AND q.delivery_id = heads.head_id
-      AND NOT isfinite(q.due_at) AND q.lease_owner IS NULL
-), parked AS (
-    -- The rows walked that are not their lane's head wait out of the due walk until it
-    -- settles (dispatcher_advance_lanes).
-    UPDATE delivery_queue q
-    SET due_at = 'infinity'
-    FROM due
-    JOIN heads ON heads.webhook_id = due.webhook_id AND heads.lane = due.lane
-    WHERE q.delivery_id = due.delivery_id AND due.delivery_id IS DISTINCT FROM heads.head_id
-), ranked AS (
-    -- Per endpoint, only as many rows as it has free slots. A row whose event was expunged,
-    -- or whose webhook was disabled or deleted, gets `stopped` (why it is given up): such
-    -- rows come up only when a lease taken before the expunge or the disable was handed back
-    -- unrecorded (its engine died or stopped), since both settle every row not in flight at
-    -- once. A lane's row is a candidate only as its head.
-    SELECT due.delivery_id, due.webhook_id, due.due_at, w.rate_limit,
-           row_number() OVER (PARTITION BY due.webhook_id
-                              ORDER BY due.due_at, due.delivery_id) AS rank,
-           coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
-           CASE WHEN due.expunged THEN 'expunged'
-                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
-                WHEN w.disabled_at IS NOT NULL AND NOT due.is_test THEN 'webhook disabled'
-           END AS stopped
-    FROM due
-    JOIN webhooks w ON w.id = due.webhook_id
-    LEFT JOIN busy ON busy.webhook_id = due.webhook_id
-    WHERE due.lane IS NULL OR due.delivery_id IN (SELECT head_id FROM heads)
--- Rate limits (webhook_rates in schema.sql): a limited endpoint gets no more rows than its
--- bucket holds. A bucket another engine is taking from right now is skipped: nothing goes to
--- that endpoint from this claim. 0.03: the bucket's catch-up, in seconds (how late a claim may
--- come for an endpoint's next request and still start it; B = 1 + R x 0.03).
-), buckets AS (
-    -- `tokens`: what the bucket holds now, min(B, 1 + R (t - ready_at)), whole ones.
-    SELECT b.*,
-           floor(greatest(0, least(1 + b.rate_limit * 0.03,
-                                   1 + b.rate_limit * (extract(epoch FROM b.at)
-                                                       - extract(epoch FROM b.ready_at)))))
-               AS tokens
-    FROM (
-        SELECT r.webhook_id, r.ready_at, k.rate_limit, clock_timestamp() AS at
-        FROM (SELECT DISTINCT webhook_id, rate_limit FROM ranked
-              WHERE rate_limit IS NOT NULL) k
-        CROSS JOIN LATERAL (
-            SELECT * FROM webhook_rates r
-            WHERE r.webhook_id = k.webhook_id
-            FOR UPDATE SKIP LOCKED
-        ) r
-    ) b
-), taken AS (
-    -- What this claim takes from each bucket (as the lease below counts it).
-    UPDATE webhook_rates r
-    SET ready_at = greatest(b.ready_at, b.at - interval '0.03 seconds')
-                   + make_interval(secs => g.n::float8 / b.rate_limit)
-    FROM buckets b
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS n FROM ranked
-        WHERE ranked.webhook_id = b.webhook_id AND ranked.stopped IS NULL
-          AND ranked.rank <= least(ranked.free, b.tokens)
-    ) g
-    WHERE r.webhook_id = b.webhook_id AND g.n > 0
-), given_up AS (
-    DELETE FROM delivery_queue q
-    USING ranked
-    WHERE q.delivery_id = ranked.delivery_id AND ranked.stopped IS NOT NULL
-    RETURNING q.delivery_id, q.created_at, ranked.stopped
-), settled AS (
-    UPDATE deliveries d
-    SET status = 'failed', last_error = g.stopped, next_attempt_at = NULL
-    FROM given_up g
-    WHERE d.id = g.delivery_id AND d.created_at = g.created_at
-)
-UPDATE delivery_queue q
-SET lease_owner = $2, due_at = 'infinity'
-FROM ranked LEFT JOIN buckets ON buckets.webhook_id = ranked.webhook_id, webhooks w, events e
-WHERE q.delivery_id = ranked.delivery_id
-  AND ranked.stopped IS NULL
-  AND ranked.rank <= CASE WHEN ranked.rate_limit IS NULL THEN ranked.free
-                          ELSE least(ranked.free, coalesce(buckets.tokens, 0)) END
-  AND w.id = q.webhook_id
-  AND e.id = q.event_id
-  AND e.created_at = q.created_at
-RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
-          e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
-          w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
-          q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
-          q.lane IS NOT NULL AS in_lane
+-- in the three claims).
+-- include: claim_last_steps
 
 -- name: claim_window
 -- The claim (as `claim` says, and word for word but its walk), walking the due index within a
 -- window of its first $5 entries: for when much of the backlog's head belongs to saturated
 -- endpoints, so that a claim that finds little has read about twice the window, not the whole
 -- backlog.
-WITH saturated AS (
-    -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
-    -- flight). They are left out of the walk below, so that a slow or hanging endpoint's
-    -- backlog never fills a claim.
-    SELECT l.webhook_id
-    FROM delivery_queue l
-    JOIN webhooks w ON w.id = l.webhook_id
-    WHERE l.lease_owner IS NOT NULL
-    GROUP BY l.webhook_id, w.max_concurrency
-    HAVING count(*) >= coalesce(w.max_concurrency, $4)
-), limited AS (
-    -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
-    -- walk passes their backlog by too, as a saturated one's. Read through the index: only
-    -- the endpoints waiting now.
-    SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
+-- include: claim_first_steps
 ), due AS (
     -- The same walk, within a window of the due index's first $5 entries: when much of the
     -- head of the backlog belongs to saturated endpoints, a claim still reads at most about
@@ -250,181 +71,15 @@ WITH saturated AS (
     LIMIT $3
     FOR UPDATE OF q SKIP LOCKED
 -- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
--- in the three claims, word for word).
-), busy AS (
-    -- Requests in flight now for the endpoints just walked.
-    SELECT l.webhook_id, count(*) AS n
-    FROM delivery_queue l
-    WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
-    GROUP BY l.webhook_id
--- Ordered delivery (delivery_lanes in schema.sql): what the claim does with the fifo rows it
--- walked (`lane` not NULL; none in the common case, and then these steps read nothing).
-), walked_lanes AS (
-    -- The lanes of the rows walked, as this statement's snapshot knows them.
-    SELECT d.webhook_id, d.lane,
-           EXISTS (SELECT 1 FROM delivery_lanes l
-                   WHERE l.webhook_id = d.webhook_id AND l.lane = d.lane) AS known
-    FROM (SELECT DISTINCT webhook_id, lane FROM due WHERE lane IS NOT NULL) d
-), held_lanes AS (
-    -- Known lanes, locked: their head as it is now. A lane another claim or a record holds
-    -- is left alone (its rows neither taken nor parked by this claim).
-    SELECT l.webhook_id, l.lane, l.head_id
-    FROM walked_lanes k
-    CROSS JOIN LATERAL (
-        SELECT * FROM delivery_lanes l
-        WHERE l.webhook_id = k.webhook_id AND l.lane = k.lane
-        FOR UPDATE SKIP LOCKED
-    ) l
-    WHERE k.known
-), made_lanes AS (
-    -- New lanes, headed by their first member (made by another claim meanwhile: left alone).
-    INSERT INTO delivery_lanes (webhook_id, lane, head_id)
-    SELECT k.webhook_id, k.lane,
-           (SELECT m.delivery_id FROM delivery_queue m
-            WHERE m.webhook_id = k.webhook_id AND m.lane = k.lane
-            ORDER BY m.lane_seq LIMIT 1)
-    FROM walked_lanes k
-    WHERE NOT k.known
-    ORDER BY k.webhook_id, k.lane
-    ON CONFLICT DO NOTHING
-    RETURNING webhook_id, lane, head_id
-), heads AS (
-    -- The head of each lane this claim holds. A head no longer in the queue (given up on a
-    -- disable or a delete) is replaced by the lane's first member.
-    SELECT webhook_id, lane, head_id, false AS named FROM made_lanes
-    UNION ALL
-    SELECT h.webhook_id, h.lane,
-           CASE WHEN h.queued THEN h.head_id
-                ELSE (SELECT m.delivery_id FROM delivery_queue m
-                      WHERE m.webhook_id = h.webhook_id AND m.lane = h.lane
-                      ORDER BY m.lane_seq LIMIT 1)
-           END,
-           NOT h.queued
-    FROM (
-        SELECT held_lanes.*,
-               EXISTS (SELECT 1 FROM delivery_queue s WHERE s.delivery_id = head_id) AS queued
-        FROM held_lanes
-    ) h
-), renamed AS (
-    UPDATE delivery_lanes l
-    SET head_id = heads.head_id
-    FROM heads
-    WHERE heads.named AND heads.head_id IS NOT NULL
-      AND l.webhook_id = heads.webhook_id AND l.lane = heads.lane
-), woken AS (
-    -- A head named so may have been parked: it is due now. (Parked: `due_at` infinite, read
-    -- off the row found by its id; as an index condition it would walk every parked row.)
-    UPDATE delivery_queue q
-    SET due_at = $1
-    FROM heads
-    WHERE heads.named AND q.delivery_id = heads.head_id
-      AND NOT isfinite(q.due_at) AND q.lease_owner IS NULL
-), parked AS (
-    -- The rows walked that are not their lane's head wait out of the due walk until it
-    -- settles (dispatcher_advance_lanes).
-    UPDATE delivery_queue q
-    SET due_at = 'infinity'
-    FROM due
-    JOIN heads ON heads.webhook_id = due.webhook_id AND heads.lane = due.lane
-    WHERE q.delivery_id = due.delivery_id AND due.delivery_id IS DISTINCT FROM heads.head_id
-), ranked AS (
-    -- Per endpoint, only as many rows as it has free slots. A row whose event was expunged,
-    -- or whose webhook was disabled or deleted, gets `stopped` (why it is given up): such
-    -- rows come up only when a lease taken before the expunge or the disable was handed back
-    -- unrecorded (its engine died or stopped), since both settle every row not in flight at
-    -- once. A lane's row is a candidate only as its head.
-    SELECT due.delivery_id, due.webhook_id, due.due_at, w.rate_limit,
-           row_number() OVER (PARTITION BY due.webhook_id
-                              ORDER BY due.due_at, due.delivery_id) AS rank,
-           coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
-           CASE WHEN due.expunged THEN 'expunged'
-                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
-                WHEN w.disabled_at IS NOT NULL AND NOT due.is_test THEN 'webhook disabled'
-           END AS stopped
-    FROM due
-    JOIN webhooks w ON w.id = due.webhook_id
-    LEFT JOIN busy ON busy.webhook_id = due.webhook_id
-    WHERE due.lane IS NULL OR due.delivery_id IN (SELECT head_id FROM heads)
--- Rate limits (webhook_rates in schema.sql): a limited endpoint gets no more rows than its
--- bucket holds. A bucket another engine is taking from right now is skipped: nothing goes to
--- that endpoint from this claim. 0.03: the bucket's catch-up, in seconds (how late a claim may
--- come for an endpoint's next request and still start it; B = 1 + R x 0.03).
-), buckets AS (
-    -- `tokens`: what the bucket holds now, min(B, 1 + R (t - ready_at)), whole ones.
-    SELECT b.*,
-           floor(greatest(0, least(1 + b.rate_limit * 0.03,
-                                   1 + b.rate_limit * (extract(epoch FROM b.at)
-                                                       - extract(epoch FROM b.ready_at)))))
-               AS tokens
-    FROM (
-        SELECT r.webhook_id, r.ready_at, k.rate_limit, clock_timestamp() AS at
-        FROM (SELECT DISTINCT webhook_id, rate_limit FROM ranked
-              WHERE rate_limit IS NOT NULL) k
-        CROSS JOIN LATERAL (
-            SELECT * FROM webhook_rates r
-            WHERE r.webhook_id = k.webhook_id
-            FOR UPDATE SKIP LOCKED
-        ) r
-    ) b
-), taken AS (
-    -- What this claim takes from each bucket (as the lease below counts it).
-    UPDATE webhook_rates r
-    SET ready_at = greatest(b.ready_at, b.at - interval '0.03 seconds')
-                   + make_interval(secs => g.n::float8 / b.rate_limit)
-    FROM buckets b
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS n FROM ranked
-        WHERE ranked.webhook_id = b.webhook_id AND ranked.stopped IS NULL
-          AND ranked.rank <= least(ranked.free, b.tokens)
-    ) g
-    WHERE r.webhook_id = b.webhook_id AND g.n > 0
-), given_up AS (
-    DELETE FROM delivery_queue q
-    USING ranked
-    WHERE q.delivery_id = ranked.delivery_id AND ranked.stopped IS NOT NULL
-    RETURNING q.delivery_id, q.created_at, ranked.stopped
-), settled AS (
-    UPDATE deliveries d
-    SET status = 'failed', last_error = g.stopped, next_attempt_at = NULL
-    FROM given_up g
-    WHERE d.id = g.delivery_id AND d.created_at = g.created_at
-)
-UPDATE delivery_queue q
-SET lease_owner = $2, due_at = 'infinity'
-FROM ranked LEFT JOIN buckets ON buckets.webhook_id = ranked.webhook_id, webhooks w, events e
-WHERE q.delivery_id = ranked.delivery_id
-  AND ranked.stopped IS NULL
-  AND ranked.rank <= CASE WHEN ranked.rate_limit IS NULL THEN ranked.free
-                          ELSE least(ranked.free, coalesce(buckets.tokens, 0)) END
-  AND w.id = q.webhook_id
-  AND e.id = q.event_id
-  AND e.created_at = q.created_at
-RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
-          e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
-          w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
-          q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
-          q.lane IS NOT NULL AS in_lane
+-- in the three claims).
+-- include: claim_last_steps
 
 -- name: claim_endpoints
 -- The claim (as `claim` says, and word for word but its walk), visiting up to $5 live,
 -- unsaturated endpoints in id order from a random id $6, wrapping around, and walking each one's
 -- due rows: sent after a window claim that came back short, so that a backlog at the head of the
 -- due index cannot starve the endpoints behind it.
-WITH saturated AS (
-    -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
-    -- flight). They are left out of the walk below, so that a slow or hanging endpoint's
-    -- backlog never fills a claim.
-    SELECT l.webhook_id
-    FROM delivery_queue l
-    JOIN webhooks w ON w.id = l.webhook_id
-    WHERE l.lease_owner IS NOT NULL
-    GROUP BY l.webhook_id, w.max_concurrency
-    HAVING count(*) >= coalesce(w.max_concurrency, $4)
-), limited AS (
-    -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
-    -- walk passes their backlog by too, as a saturated one's. Read through the index: only
-    -- the endpoints waiting now.
-    SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
+-- include: claim_first_steps
 ), visited AS (
     -- Endpoints beyond the window get their turn: up to $5 live, unsaturated endpoints in id
     -- order from a random point $6 (ids are random, so every endpoint is visited as often),
@@ -455,7 +110,30 @@ WITH saturated AS (
     LIMIT $3
     FOR UPDATE OF q SKIP LOCKED
 -- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
--- in the three claims, word for word).
+-- in the three claims).
+-- include: claim_last_steps
+
+-- name: claim_first_steps
+-- The claim's first steps, in each of its variants: the endpoints it must pass by.
+WITH saturated AS (
+    -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
+    -- flight). They are left out of the walk below, so that a slow or hanging endpoint's
+    -- backlog never fills a claim.
+    SELECT l.webhook_id
+    FROM delivery_queue l
+    JOIN webhooks w ON w.id = l.webhook_id
+    WHERE l.lease_owner IS NOT NULL
+    GROUP BY l.webhook_id, w.max_concurrency
+    HAVING count(*) >= coalesce(w.max_concurrency, $4)
+), limited AS (
+    -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
+    -- walk passes their backlog by too, as a saturated one's. Read through the index: only
+    -- the endpoints waiting now.
+    SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
+
+-- name: claim_last_steps
+-- The claim's steps after its walk, in each of its variants: slots, lanes, rates, give-ups,
+-- leases, and what it returns.
 ), busy AS (
     -- Requests in flight now for the endpoints just walked.
     SELECT l.webhook_id, count(*) AS n
