@@ -36,8 +36,7 @@ async def list_for_delivery(
         .add("delivery_id = {}", delivery_id)
         .add("webhook_id = {}", webhook_id)
     )
-    async with db.acquire() as conn:
-        return await fetch_page(conn, SQL.attempts_page, AttemptRow, filters, limit, after)
+    return await fetch_page(db, SQL.attempts_page, AttemptRow, filters, limit, after)
 
 
 async def list_for_webhook(
@@ -52,12 +51,10 @@ async def list_for_webhook(
 ) -> Page[AttemptRow]:
     """Every attempt to an endpoint, newest first; `since` inclusive, `until` exclusive, on
     when the attempt started."""
-    filters = Filters().add("webhook_id = {}", webhook_id)
-    if outcome is not None:
-        filters.add("outcome = {}", outcome)
-    if since is not None:
-        filters.add("created_at >= {}", since)
-    if until is not None:
-        filters.add("created_at < {}", until)
-    async with db.acquire() as conn:
-        return await fetch_page(conn, SQL.attempts_page, AttemptRow, filters, limit, after)
+    filters = (
+        Filters()
+        .add("webhook_id = {}", webhook_id)
+        .equal(outcome=outcome)
+        .window("created_at", since, until)
+    )
+    return await fetch_page(db, SQL.attempts_page, AttemptRow, filters, limit, after)

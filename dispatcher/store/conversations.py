@@ -43,12 +43,7 @@ async def list_page(
     limit: int,
     after: Position | None,
 ) -> Page[ConversationRow]:
-    filters = Filters().add("workspace_id = {}", workspace_id)
-    if status is not None:
-        filters.add("status = {}", status)
-    if number_id is not None:
-        filters.add("number_id = {}", number_id)
-    async with db.acquire() as conn:
-        return await fetch_page(
-            conn, SQL.conversations_page, ConversationRow, filters, limit, after
-        )
+    filters = (
+        Filters().add("workspace_id = {}", workspace_id).equal(status=status, number_id=number_id)
+    )
+    return await fetch_page(db, SQL.conversations_page, ConversationRow, filters, limit, after)

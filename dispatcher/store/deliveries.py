@@ -67,22 +67,13 @@ async def list_page(
     """A webhook's deliveries, newest first; `since` inclusive, `until` exclusive, on when
     they were created (their event's time)."""
     filters = (
-        Filters().add("d.workspace_id = {}", workspace_id).add("d.webhook_id = {}", webhook_id)
+        Filters(alias="d")
+        .add("d.workspace_id = {}", workspace_id)
+        .add("d.webhook_id = {}", webhook_id)
+        .equal(status=status, event_type=event, event_id=event_id)
+        .window("created_at", since, until)
     )
-    if status is not None:
-        filters.add("d.status = {}", status)
-    if event is not None:
-        filters.add("d.event_type = {}", event)
-    if event_id is not None:
-        filters.add("d.event_id = {}", event_id)
-    if since is not None:
-        filters.add("d.created_at >= {}", since)
-    if until is not None:
-        filters.add("d.created_at < {}", until)
-    async with db.acquire() as conn:
-        return await fetch_page(
-            conn, SQL.deliveries_page, DeliveryRow, filters, limit, after, alias="d"
-        )
+    return await fetch_page(db, SQL.deliveries_page, DeliveryRow, filters, limit, after)
 
 
 async def create_test(
@@ -194,11 +185,8 @@ async def list_for_event(
 ) -> Page[DeliveryRow]:
     """A page of an event's deliveries, newest first."""
     # The statement's own parameters come first ($1..$3); the pager's conditions follow.
-    filters = Filters(args=[event_id, event_created_at, workspace_id])
-    async with db.acquire() as conn:
-        return await fetch_page(
-            conn, SQL.event_deliveries_page, DeliveryRow, filters, limit, after, alias="d"
-        )
+    filters = Filters(args=[event_id, event_created_at, workspace_id], alias="d")
+    return await fetch_page(db, SQL.event_deliveries_page, DeliveryRow, filters, limit, after)
 
 
 async def count_for_event(

@@ -196,15 +196,14 @@ async def list_page(
 ) -> Page[EventRow]:
     """The workspace's events, newest first, test events left out; `since` inclusive,
     `until` exclusive, on when they were created."""
-    filters = Filters().add("workspace_id = {}", workspace_id).add("type <> 'webhook.test'")
-    if event_type is not None:
-        filters.add("type = {}", event_type)
-    if since is not None:
-        filters.add("created_at >= {}", since)
-    if until is not None:
-        filters.add("created_at < {}", until)
-    async with db.acquire() as conn:
-        return await fetch_page(conn, SQL.events_page, EventRow, filters, limit, after)
+    filters = (
+        Filters()
+        .add("workspace_id = {}", workspace_id)
+        .add("type <> 'webhook.test'")
+        .equal(type=event_type)
+        .window("created_at", since, until)
+    )
+    return await fetch_page(db, SQL.events_page, EventRow, filters, limit, after)
 
 
 async def get(db: Database, workspace_id: str, event_id: str) -> EventRow | None:

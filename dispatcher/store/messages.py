@@ -182,18 +182,14 @@ async def list_page(
     limit: int,
     after: Position | None,
 ) -> Page[MessageRow]:
-    filters = Filters().add("workspace_id = {}", workspace_id)
-    if number_id is not None:
-        filters.add("number_id = {}", number_id)
+    filters = Filters().add("workspace_id = {}", workspace_id).equal(number_id=number_id)
     if contact is not None:
         # The contact is the other end: `to` for outgoing, `from` for incoming.
         filters.add(
             "CASE WHEN direction = 'outgoing' THEN to_number ELSE from_number END = {}", contact
         )
-    if direction is not None:
-        filters.add("direction = {}", direction)
-    async with db.acquire() as conn:
-        return await fetch_page(conn, SQL.messages_page, MessageRow, filters, limit, after)
+    filters.equal(direction=direction)
+    return await fetch_page(db, SQL.messages_page, MessageRow, filters, limit, after)
 
 
 async def claim_carrier_due(conn: Connection, now: datetime, limit: int) -> list[MessageRow]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic
 
-from dispatcher.store.database import Connection
+from dispatcher.store.database import Connection, Database
 from dispatcher.store.rows import RowT, as_rows
 
 Position = tuple[datetime, str]
@@ -24,10 +24,13 @@ class Page(Generic[RowT]):
 
 @dataclass
 class Filters:
-    """WHERE conditions with `{}` standing for the next positional parameter."""
+    """WHERE conditions with `{}` standing for the next positional parameter. `alias`: the
+    listed table's alias in the page's statement, when it has one (its columns are named
+    through it)."""
 
     conditions: list[str] = field(default_factory=list)
     args: list[Any] = field(default_factory=list)  # bound as they are, whatever their type
+    alias: str = ""
 
     def add(self, condition: str, *values: Any) -> Filters:
         numbers = [f"${len(self.args) + i + 1}" for i in range(len(values))]
@@ -35,27 +38,48 @@ class Filters:
         self.args.extend(values)
         return self
 
+    def column(self, name: str) -> str:
+        """`name` as the statement reads it (through the alias, when there is one)."""
+        return f"{self.alias}.{name}" if self.alias else name
+
+    def equal(self, **columns: Any) -> Filters:
+        """`column = value` for each column given a value, in the order given. None is a
+        filter the caller left out (any value matches): a list's optional filters."""
+        for name, value in columns.items():
+            if value is not None:
+                self.add(f"{self.column(name)} = {{}}", value)
+        return self
+
+    def window(self, name: str, since: datetime | None, until: datetime | None) -> Filters:
+        """Column `name` from `since`, inclusive, until `until`, exclusive (None: open on that
+        side), as every list's `since` and `until` read."""
+        if since is not None:
+            self.add(f"{self.column(name)} >= {{}}", since)
+        if until is not None:
+            self.add(f"{self.column(name)} < {{}}", until)
+        return self
+
 
 async def fetch_page(
-    conn: Connection,
+    db: Database | Connection,
     select: str,
     row_type: type[RowT],
     filters: Filters,
     limit: int,
     after: Position | None,
-    alias: str = "",
 ) -> Page[RowT]:
     """One page of `select`'s rows as `row_type`s (its columns must include `created_at` and
-    `id`, the page position)."""
-    prefix = f"{alias}." if alias else ""
+    `id`, the page position), read on a connection of its own or, given one, on the caller's
+    (a list that reads something else first)."""
+    if isinstance(db, Database):
+        async with db.acquire() as conn:
+            return await fetch_page(conn, select, row_type, filters, limit, after)
+    created_at, row_id = filters.column("created_at"), filters.column("id")
     if after is not None:
-        filters.add(f"({prefix}created_at, {prefix}id) < ({{}}, {{}})", after[0], after[1])
+        filters.add(f"({created_at}, {row_id}) < ({{}}, {{}})", after[0], after[1])
     where = " AND ".join(filters.conditions) or "TRUE"
-    sql = (
-        f"{select} WHERE {where} "
-        f"ORDER BY {prefix}created_at DESC, {prefix}id DESC LIMIT {int(limit) + 1}"
-    )
-    records = await conn.fetch(sql, *filters.args)
+    sql = f"{select} WHERE {where} ORDER BY {created_at} DESC, {row_id} DESC LIMIT {int(limit) + 1}"
+    records = await db.fetch(sql, *filters.args)
     if len(records) > limit:
         last = records[limit - 1]
         return Page(as_rows(row_type, records[:limit]), (last["created_at"], last["id"]))

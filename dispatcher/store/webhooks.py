@@ -181,8 +181,7 @@ async def list_page(
     db: Database, workspace_id: str, *, limit: int, after: Position | None
 ) -> Page[WebhookRow]:
     filters = Filters().add("workspace_id = {}", workspace_id).add("deleted_at IS NULL")
-    async with db.acquire() as conn:
-        return await fetch_page(conn, SQL.webhooks_page, WebhookRow, filters, limit, after)
+    return await fetch_page(db, SQL.webhooks_page, WebhookRow, filters, limit, after)
 
 
 async def give_up_pending(conn: Connection, webhook_ids: Sequence[str], reason: str) -> int:

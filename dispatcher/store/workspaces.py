@@ -77,10 +77,9 @@ async def get_workspace(db: Database, workspace_id: str) -> WorkspaceRow | None:
 async def list_workspaces(
     db: Database, *, limit: int, after: Position | None
 ) -> Page[WorkspaceRow]:
-    async with db.acquire() as conn:
-        # The operator sink's internal workspace is nobody's to see.
-        filters = Filters().add("NOT operator")
-        return await fetch_page(conn, SQL.workspaces_page, WorkspaceRow, filters, limit, after)
+    # The operator sink's internal workspace is nobody's to see.
+    filters = Filters().add("NOT operator")
+    return await fetch_page(db, SQL.workspaces_page, WorkspaceRow, filters, limit, after)
 
 
 async def _require_workspace(conn: Connection, workspace_id: str) -> None:
