@@ -8,7 +8,7 @@ from dispatcher.domain.enums import ConversationStatus
 from dispatcher.store.database import Database
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
-from dispatcher.store.rows import ConversationRow, as_row
+from dispatcher.store.rows import ConversationRow, fetch_row
 
 
 class SQL(Queries, file="conversations.sql"):
@@ -19,9 +19,7 @@ class SQL(Queries, file="conversations.sql"):
 
 
 async def get(db: Database, workspace_id: str, conversation_id: str) -> ConversationRow | None:
-    async with db.acquire() as conn:
-        row = await conn.fetchrow(SQL.conversation, workspace_id, conversation_id)
-    return None if row is None else as_row(ConversationRow, row)
+    return await fetch_row(db, SQL.conversation, ConversationRow, workspace_id, conversation_id)
 
 
 async def set_status(
@@ -29,9 +27,9 @@ async def set_status(
 ) -> ConversationRow | None:
     """Move the conversation to the folder `status`; None when the workspace has no such
     conversation."""
-    async with db.acquire() as conn:
-        row = await conn.fetchrow(SQL.set_status, workspace_id, conversation_id, status)
-    return None if row is None else as_row(ConversationRow, row)
+    return await fetch_row(
+        db, SQL.set_status, ConversationRow, workspace_id, conversation_id, status
+    )
 
 
 async def list_page(

@@ -18,7 +18,7 @@ from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
-from dispatcher.store.rows import DeliveryRow, WebhookRow, as_row
+from dispatcher.store.rows import DeliveryRow, WebhookRow, as_row, fetch_row
 
 
 class SQL(Queries, file="deliveries.sql"):
@@ -46,9 +46,7 @@ async def _live_webhook(conn: Connection, workspace_id: str, webhook_id: str) ->
 async def get(
     db: Database, workspace_id: str, webhook_id: str, delivery_id: str
 ) -> DeliveryRow | None:
-    async with db.acquire() as conn:
-        row = await conn.fetchrow(SQL.delivery, workspace_id, webhook_id, delivery_id)
-    return None if row is None else as_row(DeliveryRow, row)
+    return await fetch_row(db, SQL.delivery, DeliveryRow, workspace_id, webhook_id, delivery_id)
 
 
 async def list_page(

@@ -20,7 +20,7 @@ from dispatcher.store.database import Connection, Database
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
-from dispatcher.store.rows import EventRow, as_row
+from dispatcher.store.rows import EventRow, fetch_row
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
@@ -207,6 +207,4 @@ async def list_page(
 
 
 async def get(db: Database, workspace_id: str, event_id: str) -> EventRow | None:
-    async with db.acquire() as conn:
-        row = await conn.fetchrow(SQL.event, workspace_id, event_id)
-    return None if row is None else as_row(EventRow, row)
+    return await fetch_row(db, SQL.event, EventRow, workspace_id, event_id)

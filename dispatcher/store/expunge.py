@@ -19,7 +19,7 @@ from dispatcher.domain import resources
 from dispatcher.domain.events import MESSAGE_EVENTS
 from dispatcher.store.database import Connection, Database
 from dispatcher.store.queries import Queries
-from dispatcher.store.rows import EventRow, MessageRow, as_row
+from dispatcher.store.rows import EventRow, MessageRow, fetch_row
 
 
 class SQL(Queries, file="expunge.sql"):
@@ -55,10 +55,9 @@ async def event(db: Database, workspace_id: str, event_id: str, now: datetime) -
         # No retry or recover of the workspace runs meanwhile: none can queue a delivery of
         # this event after its queued ones are read below, nor send it without seeing this.
         await conn.execute(SQL.lock_content_to_expunge, workspace_id)
-        found = await conn.fetchrow(SQL.erase_event, workspace_id, event_id, now)
-        if found is None:
+        erased = await fetch_row(conn, SQL.erase_event, EventRow, workspace_id, event_id, now)
+        if erased is None:
             return None
-        erased = as_row(EventRow, found)
         delivery_ids = [
             row["id"]
             for row in await conn.fetch(
@@ -88,10 +87,11 @@ async def message(
     made its event before, found below, or makes it after, from the row without the text.
     """
     async with db.transaction() as conn:
-        found = await conn.fetchrow(SQL.erase_message_text, workspace_id, message_id, now)
-        if found is None:
+        row = await fetch_row(
+            conn, SQL.erase_message_text, MessageRow, workspace_id, message_id, now
+        )
+        if row is None:
             return None
-        row = as_row(MessageRow, found)
         carrying = await conn.fetch(
             SQL.events_carrying,
             workspace_id,

@@ -19,7 +19,7 @@ from dispatcher.store.events import NewEvent, append_event, append_events
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
-from dispatcher.store.rows import CallRow, MessageRow, as_row, as_rows
+from dispatcher.store.rows import CallRow, MessageRow, as_row, as_rows, fetch_row
 
 
 class SQL(Queries, file="messages.sql"):
@@ -167,9 +167,7 @@ async def _inbound_event(
 
 
 async def get(db: Database, workspace_id: str, message_id: str) -> MessageRow | None:
-    async with db.acquire() as conn:
-        row = await conn.fetchrow(SQL.message, workspace_id, message_id)
-    return None if row is None else as_row(MessageRow, row)
+    return await fetch_row(db, SQL.message, MessageRow, workspace_id, message_id)
 
 
 async def list_page(

@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from dispatcher.domain.resources import MessageMedia
-from dispatcher.store.database import Record, StoreError
+from dispatcher.store.database import Connection, Database, Record, StoreError
 
 # Any row type (each is a NamedTuple: its `_fields` are the columns it is made from).
 RowT = TypeVar("RowT", bound=NamedTuple)
@@ -192,3 +192,15 @@ def as_rows(row_type: type[RowT], records: Sequence[Record]) -> list[RowT]:
     _check(row_type, records[0])
     make = row_type._make
     return [make(record) for record in records]
+
+
+async def fetch_row(
+    db: Database | Connection, sql: str, row_type: type[RowT], *args: Any
+) -> RowT | None:
+    """The row `sql` finds (or returns), as a `row_type`; None when there is none. Read on a
+    connection of its own or, given one, on the caller's (inside its transaction)."""
+    if isinstance(db, Database):
+        async with db.acquire() as conn:
+            return await fetch_row(conn, sql, row_type, *args)
+    record = await db.fetchrow(sql, *args)
+    return None if record is None else as_row(row_type, record)

@@ -16,7 +16,7 @@ from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.operational import publish as publish_operational
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
-from dispatcher.store.rows import LockedWebhookRow, WebhookRow, as_row
+from dispatcher.store.rows import LockedWebhookRow, WebhookRow, as_row, fetch_row
 
 
 class SQL(Queries, file="webhooks.sql"):
@@ -152,8 +152,7 @@ async def insert(
 
 
 async def get(conn: Connection, workspace_id: str, webhook_id: str) -> WebhookRow | None:
-    row = await conn.fetchrow(SQL.webhook, workspace_id, webhook_id)
-    return None if row is None else as_row(WebhookRow, row)
+    return await fetch_row(conn, SQL.webhook, WebhookRow, workspace_id, webhook_id)
 
 
 async def exists(

@@ -23,7 +23,7 @@ from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.key_cache import ApiKey, KeyCache
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
-from dispatcher.store.rows import ApiKeyRow, PhoneNumberRow, WorkspaceRow, as_row
+from dispatcher.store.rows import ApiKeyRow, PhoneNumberRow, WorkspaceRow, as_row, fetch_row
 
 __all__ = ["ApiKey"]  # with the functions below; ApiKey's home is key_cache
 
@@ -69,9 +69,7 @@ async def create_workspace(db: Database, name: str, *, demo: bool = False) -> st
 
 
 async def get_workspace(db: Database, workspace_id: str) -> WorkspaceRow | None:
-    async with db.acquire() as conn:
-        row = await conn.fetchrow(SQL.workspace, workspace_id)
-    return None if row is None else as_row(WorkspaceRow, row)
+    return await fetch_row(db, SQL.workspace, WorkspaceRow, workspace_id)
 
 
 async def list_workspaces(
