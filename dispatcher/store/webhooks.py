@@ -77,14 +77,14 @@ DELETED_ERROR = "webhook deleted"
 
 
 async def create(
-    db: Database,
+    db: Database | Connection,
     *,
     workspace_id: str,
     url: str,
     events: Sequence[str],
     name: str | None,
-    number_ids: Sequence[str] | None,
-    max_concurrency: int | None,
+    number_ids: Sequence[str] | None = None,
+    max_concurrency: int | None = None,
     now: datetime,
     headers: Mapping[str, str] | None = None,
     secret_headers: Mapping[str, str] | None = None,
@@ -93,45 +93,13 @@ async def create(
     ordering: Ordering = Ordering.NONE,
 ) -> tuple[WebhookRow, str]:
     """A new live subscription; returns it and its signing secret. The custom headers and
-    the filter are stored as given (the API checked them; `{}` filters nothing)."""
-    async with db.acquire() as conn:
-        return await insert(
-            conn,
-            workspace_id=workspace_id,
-            url=url,
-            events=events,
-            name=name,
-            number_ids=number_ids,
-            max_concurrency=max_concurrency,
-            now=now,
-            headers=headers,
-            secret_headers=secret_headers,
-            payload_filter=payload_filter,
-            rate_limit=rate_limit,
-            ordering=ordering,
-        )
-
-
-async def insert(
-    conn: Connection,
-    *,
-    workspace_id: str,
-    url: str,
-    events: Sequence[str],
-    name: str | None,
-    now: datetime,
-    number_ids: Sequence[str] | None = None,
-    max_concurrency: int | None = None,
-    headers: Mapping[str, str] | None = None,
-    secret_headers: Mapping[str, str] | None = None,
-    payload_filter: Mapping[str, Any] | None = None,
-    rate_limit: int | None = None,
-    ordering: Ordering = Ordering.NONE,
-) -> tuple[WebhookRow, str]:
-    """`create` on a connection the caller holds (the demo is made in one transaction)."""
+    the filter are stored as given (the API checked them; `{}` filters nothing). On a
+    connection of its own, or on the caller's (the demo is made in one transaction)."""
     secret = new_secret()
-    row = await conn.fetchrow(
+    row = await fetch_row(
+        db,
         SQL.create,
+        WebhookRow,
         ids.new_id(ids.WEBHOOK),
         workspace_id,
         url,
@@ -147,8 +115,8 @@ async def insert(
         rate_limit,
         ordering,
     )
-    assert row is not None
-    return as_row(WebhookRow, row), secret
+    assert row is not None  # the insert returns the row it made
+    return row, secret
 
 
 async def get(conn: Connection, workspace_id: str, webhook_id: str) -> WebhookRow | None:

@@ -256,7 +256,7 @@ async def create_demo_if_empty(
             "demo",
         )
         if webhook is not None:
-            await webhooks.insert(
+            await webhooks.create(
                 conn,
                 workspace_id=workspace_id,
                 url=webhook.url,
