@@ -5,10 +5,10 @@ does. (A message's text is erased by store/expunge.py.) Statements in queries/me
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from dispatcher.domain import ids, resources
 from dispatcher.domain.enums import CallStatus, ConversationItemKind, Direction, MessageStatus
@@ -43,6 +43,13 @@ CREATE_INCOMING = _after_touch(SQL.create_incoming)
 CREATE_CALL = _after_touch(SQL.create_call)
 
 
+# A conversation's item: a message or a call record.
+ItemT = TypeVar("ItemT", MessageRow, CallRow)
+
+# The touch's parameters, $1 to $7 (conversations.sql).
+Touch = tuple[str, str, str, str, datetime, ConversationItemKind, bool]
+
+
 def _touch(
     workspace_id: str,
     number_id: str,
@@ -51,9 +58,46 @@ def _touch(
     kind: ConversationItemKind,
     *,
     incoming: bool,
-) -> tuple[str, str, str, str, datetime, ConversationItemKind, bool]:
+) -> Touch:
     """The touch's parameters, $1 to $7 (conversations.sql)."""
     return (ids.new_id(ids.CONVERSATION), workspace_id, number_id, contact, at, kind, incoming)
+
+
+async def _create(
+    conn: Connection, row_type: type[ItemT], statement: str, touch: Touch, item: Sequence[Any]
+) -> ItemT:
+    """An item and its conversation's update, in one statement (`statement`, one of the
+    `CREATE_` ones): the touch's parameters, then the item's ($8: its new id, then its
+    columns, as the statement numbers them)."""
+    return as_row(row_type, await fetch_one(conn, statement, *touch, *item))
+
+
+async def _create_with_event(
+    db: Database,
+    row_type: type[ItemT],
+    statement: str,
+    touch: Touch,
+    item: Sequence[Any],
+    event_type: str,
+    resource: Callable[[ItemT], Mapping[str, Any]],
+    now: datetime,
+) -> ItemT:
+    """`_create`, and in the same transaction the event the item makes (`event_type`, about
+    its `resource`), in its conversation's ordering lane; then the engines are woken."""
+    async with db.transaction() as conn:
+        row = await _create(conn, row_type, statement, touch, item)
+        await append_event(
+            conn,
+            workspace_id=row.workspace_id,
+            event_type=event_type,
+            number_id=row.number_id,
+            data=resource(row),
+            source="inbound",
+            created_at=now,
+            ordering_key=row.conversation_id,
+        )
+    db.wake(DELIVERIES_CHANNEL)
+    return row
 
 
 async def create_outgoing(
@@ -72,17 +116,9 @@ async def create_outgoing(
     touch = _touch(
         workspace_id, number_id, to_number, now, ConversationItemKind.SMS_MESSAGE, incoming=False
     )
+    item = (ids.new_id(ids.MESSAGE), from_number, text, carrier_due_at)
     async with db.acquire() as conn:
-        row = await fetch_one(
-            conn,
-            CREATE_OUTGOING,
-            *touch,
-            ids.new_id(ids.MESSAGE),
-            from_number,
-            text,
-            carrier_due_at,
-        )
-    return as_row(MessageRow, row)
+        return await _create(conn, MessageRow, CREATE_OUTGOING, touch, item)
 
 
 async def create_incoming(
@@ -99,14 +135,10 @@ async def create_incoming(
     touch = _touch(
         workspace_id, number_id, from_number, now, ConversationItemKind.SMS_MESSAGE, incoming=True
     )
-    async with db.transaction() as conn:
-        made = await fetch_one(
-            conn, CREATE_INCOMING, *touch, ids.new_id(ids.MESSAGE), to_number, text, media
-        )
-        row = as_row(MessageRow, made)
-        await _inbound_event(conn, "message.received", resources.message(row), row, now)
-    db.wake(DELIVERIES_CHANNEL)
-    return row
+    item = (ids.new_id(ids.MESSAGE), to_number, text, media)
+    return await _create_with_event(
+        db, MessageRow, CREATE_INCOMING, touch, item, "message.received", resources.message, now
+    )
 
 
 async def create_call(
@@ -127,42 +159,9 @@ async def create_call(
     touch = _touch(
         workspace_id, number_id, contact, now, ConversationItemKind.CALL_LOG, incoming=incoming
     )
-    async with db.transaction() as conn:
-        made = await fetch_one(
-            conn,
-            CREATE_CALL,
-            *touch,
-            ids.new_id(ids.CALL),
-            direction,
-            from_number,
-            to_number,
-            status,
-            duration_seconds,
-        )
-        row = as_row(CallRow, made)
-        await _inbound_event(conn, event_type, resources.call(row), row, now)
-    db.wake(DELIVERIES_CHANNEL)
-    return row
-
-
-async def _inbound_event(
-    conn: Connection,
-    event_type: str,
-    data: Mapping[str, Any],
-    row: MessageRow | CallRow,
-    now: datetime,
-) -> None:
-    """The event an inbound message or call makes, about `data` (the resource of `row`), in
-    its conversation's ordering lane."""
-    await append_event(
-        conn,
-        workspace_id=row.workspace_id,
-        event_type=event_type,
-        number_id=row.number_id,
-        data=data,
-        source="inbound",
-        created_at=now,
-        ordering_key=row.conversation_id,
+    item = (ids.new_id(ids.CALL), direction, from_number, to_number, status, duration_seconds)
+    return await _create_with_event(
+        db, CallRow, CREATE_CALL, touch, item, event_type, resources.call, now
     )
 
 
