@@ -172,24 +172,33 @@ LIMIT 1
     assert [name for name, query in found.items() if query.part] == ["first", "last"]
     with pytest.raises(QueryFileError, match="includes missing"):
         parse("-- name: a\n-- A.\n-- include: missing\n", "bad.sql")
-    with pytest.raises(QueryFileError, match="include parts themselves"):
-        parse(
-            "-- name: a\n-- A.\n-- include: b\n-- name: b\n-- B.\nSELECT 1\n-- include: c\n"
-            "-- name: c\n-- C.\nWHERE true\n",
-            "bad.sql",
-        )
+    # A part may include parts in turn, never itself.
+    nested = parse(
+        "-- name: a\n-- A.\n-- include: b\n-- name: b\n-- B.\nSELECT 1\n-- include: c\n"
+        "-- name: c\n-- C.\nWHERE true\n"
+    )
+    assert nested["a"].sql == "SELECT 1\nWHERE true"
+    assert [name for name, query in nested.items() if query.part] == ["b", "c"]
+    with pytest.raises(QueryFileError, match="a -> b -> a: a part includes itself"):
+        parse("-- name: a\n-- A.\n-- include: b\n-- name: b\n-- B.\n-- include: a\n", "bad.sql")
 
 
 def test_the_three_claims_share_their_steps_but_their_walk() -> None:
-    """queue.sql writes the claim's steps before and after its walk once, as parts: the three
-    variants differ in their walk alone."""
+    """queue.sql writes the claim's steps before and after its walk, and the walk's end, once,
+    as parts: the three variants differ in their walk alone. The claim and the record give a
+    row up for the same reasons, written once too."""
     found = queries.load("queue.sql")
     first, last = found["claim_first_steps"].sql, found["claim_last_steps"].sql
+    walk_end = found["claim_walk_end"].sql
     walks = set()
     for claim in (queue.SQL.claim, queue.SQL.claim_window, queue.SQL.claim_endpoints):
         assert claim.startswith(first + "\n") and claim.endswith("\n" + last)
-        walks.add(claim[len(first) : -len(last)])
+        walk = claim[len(first) : -len(last)]
+        assert walk_end in walk
+        walks.add(walk)
     assert len(walks) == 3
+    stop_reason = found["stop_reason"].sql
+    assert stop_reason in last and stop_reason in queue.SQL.record
 
 
 def _words(sql: str) -> str:

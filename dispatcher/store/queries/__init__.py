@@ -24,7 +24,8 @@ exactly one class.
 Steps that several statements share are written once, as a named part, and each statement
 stands for it with a line `-- include: part_name` (the claim's three variants share all but
 their walk). A part is expanded where it is included, when the file is read; it is no statement
-of its own, so no class declares it.
+of its own, so no class declares it. A part may include parts in turn (the claim's last steps
+include the reason a row is given up, which the record shares), never itself.
 
 What the database itself runs (the outbox function users call, the fan-out, the envelope,
 triggers) lives in schema.sql; these statements call it by name. The folder ships in the wheel
@@ -91,22 +92,22 @@ def parse(text: str, file: str = "<text>") -> dict[str, Query]:
 
 
 def _with_parts(queries: dict[str, Query], file: str) -> dict[str, Query]:
-    """Each `-- include: part` line replaced by that block's statement text: steps several
-    statements share (the claim's variants) are written once. A block that is included is a
-    part: no class declares it, and it is never sent alone."""
+    """Each `-- include: part` line replaced by that block's statement text, its own includes
+    expanded: steps several statements share (the claim's variants) are written once. A block
+    that is included is a part: no class declares it, and it is never sent alone."""
     included = {part for query in queries.values() for part in INCLUDE.findall(query.sql)}
     unknown = sorted(included - queries.keys())
     if unknown:
         raise QueryFileError(f"{file}: includes {', '.join(unknown)}, which it does not name")
-    nested = sorted(part for part in included if INCLUDE.search(queries[part].sql))
-    if nested:
-        raise QueryFileError(f"{file}: the parts {', '.join(nested)} include parts themselves")
 
-    def expand(match: re.Match[str]) -> str:
-        return queries[match.group(1)].sql
+    def expand(name: str, within: tuple[str, ...]) -> str:
+        if name in within:
+            cycle = " -> ".join((*within, name))
+            raise QueryFileError(f"{file}: {cycle}: a part includes itself")
+        return INCLUDE.sub(lambda match: expand(match.group(1), (*within, name)), queries[name].sql)
 
     return {
-        name: Query(name, query.description, INCLUDE.sub(expand, query.sql), name in included)
+        name: Query(name, query.description, expand(name, ()), name in included)
         for name, query in queries.items()
     }
 

@@ -5,12 +5,13 @@
 -- The claim is one statement in three variants that differ only in how they find due rows
 -- (their `due` step, and `visited` before it): `claim` walks the head of the due index,
 -- `claim_window` the same within a window, `claim_endpoints` visits a few endpoints from a
--- random point. The steps before the walk (`saturated`, `limited`) and after it (slots, lanes,
--- rates, leases, what it returns) are written once, as the parts `claim_first_steps` and
--- `claim_last_steps` that each variant includes (`-- include:`, queries/__init__.py). Their
--- parameters: $1 now (rows due at or before it), $2 the engine claiming (the lease owner), $3
--- how many rows at most, $4 the slots of an endpoint without a max_concurrency of its own; $5
--- and $6 as each variant says.
+-- random point. The steps before the walk (`saturated`, `limited`), the walk's end (its order,
+-- its limit and its lock) and the steps after it (slots, lanes, rates, leases, what it returns)
+-- are written once, as the parts `claim_first_steps`, `claim_walk_end` and `claim_last_steps`
+-- that each variant includes (`-- include:`, queries/__init__.py). Their parameters: $1 now
+-- (rows due at or before it), $2 the engine claiming (the lease owner), $3 how many rows at
+-- most, $4 the slots of an endpoint without a max_concurrency of its own; $5 and $6 as each
+-- variant says.
 
 -- name: index_walks_only
 -- The planner settings the engine's statements run under, sent first in their transaction (and
@@ -33,16 +34,13 @@ SET LOCAL enable_bitmapscan = off
 -- include: claim_first_steps
 ), due AS (
     -- Due rows in due order, walking delivery_queue_due lazily: a claim reads about as many
-    -- entries as it takes (plus those of saturated endpoints it passes). Rows another engine
-    -- is claiming right now are skipped, not waited for.
+    -- entries as it takes (plus those of saturated endpoints it passes).
     SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
     FROM delivery_queue q
     WHERE q.due_at <= $1
       AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
       AND q.webhook_id NOT IN (SELECT webhook_id FROM limited)
-    ORDER BY q.due_at
-    LIMIT $3
-    FOR UPDATE OF q SKIP LOCKED
+-- include: claim_walk_end
 -- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
 -- in the three claims).
 -- include: claim_last_steps
@@ -67,9 +65,7 @@ SET LOCAL enable_bitmapscan = off
           $1)
       AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
       AND q.webhook_id NOT IN (SELECT webhook_id FROM limited)
-    ORDER BY q.due_at
-    LIMIT $3
-    FOR UPDATE OF q SKIP LOCKED
+-- include: claim_walk_end
 -- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
 -- in the three claims).
 -- include: claim_last_steps
@@ -106,9 +102,7 @@ SET LOCAL enable_bitmapscan = off
     ) mine
     JOIN delivery_queue q ON q.delivery_id = mine.delivery_id
     WHERE q.due_at <= $1
-    ORDER BY q.due_at
-    LIMIT $3
-    FOR UPDATE OF q SKIP LOCKED
+-- include: claim_walk_end
 -- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
 -- in the three claims).
 -- include: claim_last_steps
@@ -130,6 +124,13 @@ WITH saturated AS (
     -- walk passes their backlog by too, as a saturated one's. Read through the index: only
     -- the endpoints waiting now.
     SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
+
+-- name: claim_walk_end
+-- The end of the walk, in each of the claim's variants: at most $3 rows, in due order, locked.
+    -- Rows another engine is claiming right now are skipped, not waited for.
+    ORDER BY q.due_at
+    LIMIT $3
+    FOR UPDATE OF q SKIP LOCKED
 
 -- name: claim_last_steps
 -- The claim's steps after its walk, in each of its variants: slots, lanes, rates, give-ups,
@@ -216,18 +217,16 @@ WITH saturated AS (
     -- rows come up only when a lease taken before the expunge or the disable was handed back
     -- unrecorded (its engine died or stopped), since both settle every row not in flight at
     -- once. A lane's row is a candidate only as its head.
-    SELECT due.delivery_id, due.webhook_id, due.due_at, w.rate_limit,
-           row_number() OVER (PARTITION BY due.webhook_id
-                              ORDER BY due.due_at, due.delivery_id) AS rank,
+    SELECT q.delivery_id, q.webhook_id, q.due_at, w.rate_limit,
+           row_number() OVER (PARTITION BY q.webhook_id
+                              ORDER BY q.due_at, q.delivery_id) AS rank,
            coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
-           CASE WHEN due.expunged THEN 'expunged'
-                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
-                WHEN w.disabled_at IS NOT NULL AND NOT due.is_test THEN 'webhook disabled'
-           END AS stopped
-    FROM due
-    JOIN webhooks w ON w.id = due.webhook_id
-    LEFT JOIN busy ON busy.webhook_id = due.webhook_id
-    WHERE due.lane IS NULL OR due.delivery_id IN (SELECT head_id FROM heads)
+-- include: stop_reason
+           AS stopped
+    FROM due q
+    JOIN webhooks w ON w.id = q.webhook_id
+    LEFT JOIN busy ON busy.webhook_id = q.webhook_id
+    WHERE q.lane IS NULL OR q.delivery_id IN (SELECT head_id FROM heads)
 -- Rate limits (webhook_rates in schema.sql): a limited endpoint gets no more rows than its
 -- bucket holds. A bucket another engine is taking from right now is skipped: nothing goes to
 -- that endpoint from this claim. 0.03: the bucket's catch-up, in seconds (how late a claim may
@@ -307,10 +306,8 @@ WITH r AS (
     -- Only results of attempts this engine still holds: a late one (its lease was handed
     -- back, the row claimed again or settled) is dropped.
     SELECT q.delivery_id, q.created_at, q.webhook_id, q.trigger, q.expunged, r.*,
-           CASE WHEN q.expunged THEN 'expunged'
-                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
-                WHEN w.disabled_at IS NOT NULL AND NOT q.is_test THEN 'webhook disabled'
-           END AS stop
+-- include: stop_reason
+           AS stop
     FROM r
     JOIN delivery_queue q ON q.delivery_id = r.id
     JOIN webhooks w ON w.id = q.webhook_id
@@ -377,6 +374,16 @@ RETURNING d.id, d.status, d.created_at, f.stop, d.workspace_id, d.event_id, d.ev
                             WHERE a.delivery_id = d.id AND a.delivery_created_at = d.created_at
                               AND a.attempt_number < d.attempts AND a.outcome <> 'success')
           END AS failed_before
+
+-- name: stop_reason
+-- Why queue row `q` (of webhook `w`) is given up instead of attempted, in the words its
+-- delivery's last error gets; NULL: it goes on. Its event was expunged, or its webhook deleted
+-- or disabled (a test is sent to a disabled webhook even so). The claim gives up a row it walks
+-- for these reasons, the record a retry.
+           CASE WHEN q.expunged THEN 'expunged'
+                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+                WHEN w.disabled_at IS NOT NULL AND NOT q.is_test THEN 'webhook disabled'
+           END
 
 -- name: update_failure_clocks
 -- Execute the failure clocks' changes (`outcomes.ClockChange`), one element per webhook in each
