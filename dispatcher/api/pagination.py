@@ -12,9 +12,9 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import orjson
 from aiohttp import web
@@ -27,6 +27,7 @@ from dispatcher.store.pages import Page, Position
 from dispatcher.store.rows import RowT
 
 ItemT = TypeVar("ItemT")
+FetchedT = TypeVar("FetchedT", covariant=True)
 # A list's filters as the request gave them (None: absent), by query parameter.
 ListFilters = Mapping[str, str | None]
 
@@ -85,6 +86,13 @@ def decode_cursor(
     return _EPOCH + timedelta(microseconds=micros), row_id
 
 
+class PageRead(Protocol[FetchedT]):
+    """A store's list read with everything but the page's bounds already given (a
+    `functools.partial` of it): the pager adds `limit` and `after`."""
+
+    def __call__(self, *, limit: int, after: Position | None) -> Awaitable[FetchedT]: ...
+
+
 class Pager:
     """One list run: reads `limit` and `cursor`, and renders the page with its next cursor."""
 
@@ -111,3 +119,11 @@ class Pager:
             else encode_cursor(self.key, self.list_name, self.workspace_id, self.filters, page.last)
         )
         return {"data": data, "nextCursor": next_cursor}
+
+    async def page(
+        self, read: PageRead[Page[RowT]], item: Callable[[RowT], ItemT]
+    ) -> resources.Page[ItemT]:
+        """The list's answer: the page `read` gives for this run's bounds, each row rendered
+        by `item`, with the cursor to the next."""
+        page = await read(limit=self.limit, after=self.after)
+        return self.render(page, [item(row) for row in page.rows])
