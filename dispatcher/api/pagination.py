@@ -27,7 +27,6 @@ from dispatcher.store.pages import Page, Position
 from dispatcher.store.rows import RowT
 
 ItemT = TypeVar("ItemT")
-FetchedT = TypeVar("FetchedT", covariant=True)
 # A list's filters as the request gave them (None: absent), by query parameter.
 ListFilters = Mapping[str, str | None]
 
@@ -86,15 +85,16 @@ def decode_cursor(
     return _EPOCH + timedelta(microseconds=micros), row_id
 
 
-class PageRead(Protocol[FetchedT]):
+class PageRead(Protocol[RowT]):
     """A store's list read with everything but the page's bounds already given (a
     `functools.partial` of it): the pager adds `limit` and `after`."""
 
-    def __call__(self, *, limit: int, after: Position | None) -> Awaitable[FetchedT]: ...
+    def __call__(self, *, limit: int, after: Position | None) -> Awaitable[Page[RowT]]: ...
 
 
 class Pager:
-    """One list run: reads `limit` and `cursor`, and renders the page with its next cursor."""
+    """One list run: reads `limit` and `cursor`, then reads the page and answers it with the
+    cursor to the next."""
 
     def __init__(
         self, request: web.Request, key: bytes, list_name: str, filters: ListFilters
@@ -111,19 +111,15 @@ class Pager:
             else None
         )
 
-    def render(self, page: Page[RowT], data: list[ItemT]) -> resources.Page[ItemT]:
-        """The page's items (`data`, built from `page.rows`) and the cursor to the next."""
+    async def page(
+        self, read: PageRead[RowT], item: Callable[[RowT], ItemT]
+    ) -> resources.Page[ItemT]:
+        """The list's answer: the page `read` gives for this run's bounds, each row rendered
+        by `item`, with the cursor to the next."""
+        page = await read(limit=self.limit, after=self.after)
         next_cursor = (
             None
             if page.last is None
             else encode_cursor(self.key, self.list_name, self.workspace_id, self.filters, page.last)
         )
-        return {"data": data, "nextCursor": next_cursor}
-
-    async def page(
-        self, read: PageRead[Page[RowT]], item: Callable[[RowT], ItemT]
-    ) -> resources.Page[ItemT]:
-        """The list's answer: the page `read` gives for this run's bounds, each row rendered
-        by `item`, with the cursor to the next."""
-        page = await read(limit=self.limit, after=self.after)
-        return self.render(page, [item(row) for row in page.rows])
+        return {"data": [item(row) for row in page.rows], "nextCursor": next_cursor}
