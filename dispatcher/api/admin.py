@@ -8,9 +8,12 @@ the workspace in the path is looked up, so a bad body is a 400 wherever it is se
 
 from __future__ import annotations
 
+from functools import partial
+
 from aiohttp import web
 
 from dispatcher.api.context import Services, requires_admin
+from dispatcher.api.found import found, not_found
 from dispatcher.api.http import json_response, parse_body
 from dispatcher.api.models import AddNumber, CreateKey, CreateWorkspace
 from dispatcher.api.operations import operation
@@ -46,8 +49,7 @@ async def create_workspace(request: web.Request, svc: Services) -> web.Response:
 @operation(200, Page[Workspace])
 async def list_workspaces(request: web.Request, svc: Services) -> web.Response:
     pager = Pager(request, svc.cursor_key, "admin.workspaces", {})
-    page = await workspaces.list_workspaces(svc.db, limit=pager.limit, after=pager.after)
-    return json_response(pager.render(page, [workspace(r) for r in page.rows]))
+    return json_response(await pager.page(partial(workspaces.list_workspaces, svc.db), workspace))
 
 
 @routes.get("/v1/admin/workspaces/{workspace_id}")
@@ -55,9 +57,7 @@ async def list_workspaces(request: web.Request, svc: Services) -> web.Response:
 @operation(200, Workspace)
 async def get_workspace(request: web.Request, svc: Services) -> web.Response:
     row = await workspaces.get_workspace(svc.db, request.match_info["workspace_id"])
-    if row is None:
-        raise NotFound("workspace not found")
-    return json_response(workspace(row))
+    return json_response(workspace(found(row, "workspace")))
 
 
 @routes.post("/v1/admin/workspaces/{workspace_id}/numbers")
@@ -74,10 +74,8 @@ async def add_workspace_number(request: web.Request, svc: Services) -> web.Respo
 @operation(200, Page[PhoneNumber])
 async def list_workspace_numbers(request: web.Request, svc: Services) -> web.Response:
     pager = Pager(request, svc.cursor_key, "admin.numbers", {})
-    page = await workspaces.list_numbers(
-        svc.db, request.match_info["workspace_id"], limit=pager.limit, after=pager.after
-    )
-    return json_response(pager.render(page, [phone_number(r) for r in page.rows]))
+    read = partial(workspaces.list_numbers, svc.db, request.match_info["workspace_id"])
+    return json_response(await pager.page(read, phone_number))
 
 
 @routes.post("/v1/admin/workspaces/{workspace_id}/keys")
@@ -96,10 +94,8 @@ async def create_workspace_key(request: web.Request, svc: Services) -> web.Respo
 @operation(200, Page[ApiKey])
 async def list_workspace_keys(request: web.Request, svc: Services) -> web.Response:
     pager = Pager(request, svc.cursor_key, "admin.keys", {})
-    page = await workspaces.list_keys(
-        svc.db, request.match_info["workspace_id"], limit=pager.limit, after=pager.after
-    )
-    return json_response(pager.render(page, [api_key(r) for r in page.rows]))
+    read = partial(workspaces.list_keys, svc.db, request.match_info["workspace_id"])
+    return json_response(await pager.page(read, api_key))
 
 
 @routes.delete("/v1/admin/workspaces/{workspace_id}/keys/{key_id}")
@@ -115,5 +111,5 @@ async def revoke_workspace_key(request: web.Request, svc: Services) -> web.Respo
             workspace_id=request.match_info["workspace_id"],
         )
     except NotFound:
-        raise NotFound("key not found") from None
+        raise not_found("key") from None
     return web.Response(status=204)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from aiohttp import web
 
 from dispatcher.api.context import Services, requires
+from dispatcher.api.found import found
 from dispatcher.api.http import json_response
 from dispatcher.api.operations import operation
 from dispatcher.api.pagination import Pager
@@ -12,7 +15,6 @@ from dispatcher.api.query import choice, instant_parameter, read_query, read_tim
 from dispatcher.api.resources import Attempt, Page, attempt
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.outcomes import AttemptOutcome
-from dispatcher.errors import NotFound
 from dispatcher.store import attempts, deliveries, webhooks
 from dispatcher.store.workspaces import ApiKey
 
@@ -33,18 +35,10 @@ async def list_delivery_attempts(request: web.Request, svc: Services, key: ApiKe
     pager = Pager(
         request, svc.cursor_key, "attempts", {"webhookId": webhook_id, "deliveryId": delivery_id}
     )
-    found = await deliveries.get(svc.db, key.workspace_id, webhook_id, delivery_id)
-    if found is None:
-        raise NotFound("delivery not found")
-    page = await attempts.list_for_delivery(
-        svc.db,
-        webhook_id,
-        delivery_id,
-        found.created_at,
-        limit=pager.limit,
-        after=pager.after,
-    )
-    return json_response(pager.render(page, [attempt(row) for row in page.rows]))
+    row = await deliveries.get(svc.db, key.workspace_id, webhook_id, delivery_id)
+    created_at = found(row, "delivery").created_at
+    read = partial(attempts.list_for_delivery, svc.db, webhook_id, delivery_id, created_at)
+    return json_response(await pager.page(read, attempt))
 
 
 @routes.get("/v1/webhooks/{webhook_id}/attempts")
@@ -57,13 +51,12 @@ async def list_webhook_attempts(request: web.Request, svc: Services, key: ApiKey
     since, until = read_time_range(request, SINCE, UNTIL)
     pager = Pager(request, svc.cursor_key, "webhook-attempts", filters)
     await webhooks.require_readable(svc.db, key.workspace_id, webhook_id)
-    page = await attempts.list_for_webhook(
+    read = partial(
+        attempts.list_for_webhook,
         svc.db,
         webhook_id,
         outcome=filters["outcome"],
         since=since,
         until=until,
-        limit=pager.limit,
-        after=pager.after,
     )
-    return json_response(pager.render(page, [attempt(row) for row in page.rows]))
+    return json_response(await pager.page(read, attempt))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from aiohttp import web
 
 from dispatcher.api.context import Services, requires
+from dispatcher.api.found import found
 from dispatcher.api.http import json_response, parse_body
 from dispatcher.api.models import SetConversationStatus
 from dispatcher.api.operations import operation
@@ -13,7 +16,6 @@ from dispatcher.api.query import choice, id_parameter, read_query
 from dispatcher.api.resources import Conversation, Page, conversation
 from dispatcher.domain import ids
 from dispatcher.domain.enums import ConversationStatus, Scope
-from dispatcher.errors import NotFound
 from dispatcher.store import conversations
 from dispatcher.store.workspaces import ApiKey
 
@@ -28,15 +30,14 @@ FILTERS = (choice("status", ConversationStatus), id_parameter("numberId", ids.NU
 async def list_conversations(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     filters = read_query(request, FILTERS)
     pager = Pager(request, svc.cursor_key, "conversations", filters)
-    page = await conversations.list_page(
+    read = partial(
+        conversations.list_page,
         svc.db,
         key.workspace_id,
         status=filters["status"],
         number_id=filters["numberId"],
-        limit=pager.limit,
-        after=pager.after,
     )
-    return json_response(pager.render(page, [conversation(r) for r in page.rows]))
+    return json_response(await pager.page(read, conversation))
 
 
 @routes.get("/v1/conversations/{conversation_id}")
@@ -44,9 +45,7 @@ async def list_conversations(request: web.Request, svc: Services, key: ApiKey) -
 @operation(200, Conversation)
 async def get_conversation(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await conversations.get(svc.db, key.workspace_id, request.match_info["conversation_id"])
-    if row is None:
-        raise NotFound("conversation not found")
-    return json_response(conversation(row))
+    return json_response(conversation(found(row, "conversation")))
 
 
 @routes.post("/v1/conversations/{conversation_id}/status")
@@ -57,6 +56,4 @@ async def set_conversation_status(request: web.Request, svc: Services, key: ApiK
     row = await conversations.set_status(
         svc.db, key.workspace_id, request.match_info["conversation_id"], body.status
     )
-    if row is None:
-        raise NotFound("conversation not found")
-    return json_response(conversation(row))
+    return json_response(conversation(found(row, "conversation")))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import partial
 from typing import Any
 
 import orjson
@@ -12,6 +13,7 @@ import structlog
 from aiohttp import web
 
 from dispatcher.api.context import Services, requires
+from dispatcher.api.found import found
 from dispatcher.api.http import json_response, read_object, single_header, validate
 from dispatcher.api.models import PublishEvent
 from dispatcher.api.numbers import own_number
@@ -35,7 +37,7 @@ from dispatcher.api.resources import (
 )
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.events import EVENT_TYPE_PATTERN
-from dispatcher.errors import FieldError, NotFound, ValidationFailed
+from dispatcher.errors import FieldError, ValidationFailed
 from dispatcher.store import deliveries, events, expunge
 from dispatcher.store.rows import EventRow
 from dispatcher.store.workspaces import ApiKey
@@ -120,23 +122,19 @@ async def list_events(request: web.Request, svc: Services, key: ApiKey) -> web.R
     filters = read_query(request, EVENT_FILTERS)
     since, until = read_time_range(request, SINCE, UNTIL)
     pager = Pager(request, svc.cursor_key, "events", filters)
-    page = await events.list_page(
+    read = partial(
+        events.list_page,
         svc.db,
         key.workspace_id,
         event_type=filters["type"],
         since=since,
         until=until,
-        limit=pager.limit,
-        after=pager.after,
     )
-    return json_response(pager.render(page, [stored_event(row) for row in page.rows]))
+    return json_response(await pager.page(read, stored_event))
 
 
 async def _event(svc: Services, key: ApiKey, event_id: str) -> EventRow:
-    row = await events.get(svc.db, key.workspace_id, event_id)
-    if row is None:
-        raise NotFound("event not found")
-    return row
+    return found(await events.get(svc.db, key.workspace_id, event_id), "event")
 
 
 async def _with_deliveries(svc: Services, key: ApiKey, row: EventRow) -> EventWithDeliveries:
@@ -171,11 +169,10 @@ async def expunge_event(request: web.Request, svc: Services, key: ApiKey) -> web
     attempt, keeping no excerpt and scheduling no retry. None of its deliveries can be
     retried (409), and a recover skips them. Answers the event as `GET` does, `expunged`
     true; again, the same."""
-    row = await expunge.event(
+    erased = await expunge.event(
         svc.db, key.workspace_id, request.match_info["event_id"], svc.clock.now()
     )
-    if row is None:
-        raise NotFound("event not found")
+    row = found(erased, "event")
     log.info("event.expunged", workspace_id=key.workspace_id, event_id=row.id)
     return json_response(await _with_deliveries(svc, key, row))
 
@@ -188,12 +185,5 @@ async def list_event_deliveries(request: web.Request, svc: Services, key: ApiKey
     event_id = request.match_info["event_id"]
     pager = Pager(request, svc.cursor_key, "event-deliveries", {"eventId": event_id})
     row = await _event(svc, key, event_id)
-    page = await deliveries.list_for_event(
-        svc.db,
-        key.workspace_id,
-        row.id,
-        row.created_at,
-        limit=pager.limit,
-        after=pager.after,
-    )
-    return json_response(pager.render(page, [delivery(r) for r in page.rows]))
+    read = partial(deliveries.list_for_event, svc.db, key.workspace_id, row.id, row.created_at)
+    return json_response(await pager.page(read, delivery))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import TypedDict
+
 from aiohttp import web
 
 from dispatcher.api.context import Services, requires
@@ -13,9 +16,34 @@ from dispatcher.api.resources import Call, Message, MessageMedia, call, message
 from dispatcher.domain.enums import Direction, Scope
 from dispatcher.domain.events import CALL_STATUS_EVENTS
 from dispatcher.store import messages, workspaces
-from dispatcher.store.workspaces import ApiKey
+from dispatcher.store.workspaces import ApiKey, PhoneNumber
 
 routes = web.RouteTableDef()
+
+
+class _Arrival(TypedDict):
+    """What the store records a message or a call that arrived with, whichever it is (the
+    keywords `messages.create_incoming` and `messages.create_call` share)."""
+
+    workspace_id: str
+    number_id: str
+    from_number: str
+    to_number: str
+    now: datetime
+
+
+def _arrival(
+    svc: Services, key: ApiKey, number: PhoneNumber, body: InboundMessage | InboundCall
+) -> _Arrival:
+    """On `number` of the key's workspace, between the two ends as the carrier sent them,
+    now."""
+    return {
+        "workspace_id": key.workspace_id,
+        "number_id": number.id,
+        "from_number": body.from_,
+        "to_number": body.to,
+        "now": svc.clock.now(),
+    }
 
 
 @routes.post("/v1/inbound/messages")
@@ -26,13 +54,9 @@ async def inbound_message(request: web.Request, svc: Services, key: ApiKey) -> w
     number = await own_number(svc, key.workspace_id, "body.to", body.to, e164=True)
     row = await messages.create_incoming(
         svc.db,
-        workspace_id=key.workspace_id,
-        number_id=number.id,
-        from_number=body.from_,
-        to_number=body.to,
+        **_arrival(svc, key, number, body),
         text=body.text,
         media=[MessageMedia(contentType=m.contentType, url=m.url) for m in body.media],
-        now=svc.clock.now(),
     )
     return json_response(message(row), status=201)
 
@@ -54,14 +78,10 @@ async def inbound_call(request: web.Request, svc: Services, key: ApiKey) -> web.
         raise not_the_workspaces("body.to", [body.to, body.from_])
     row = await messages.create_call(
         svc.db,
-        workspace_id=key.workspace_id,
-        number_id=number.id,
-        from_number=body.from_,
-        to_number=body.to,
+        **_arrival(svc, key, number, body),
         direction=direction,
         status=body.status,
         duration_seconds=body.durationSeconds,
         event_type=CALL_STATUS_EVENTS[body.status],
-        now=svc.clock.now(),
     )
     return json_response(call(row), status=201)

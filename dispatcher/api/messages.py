@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 
 import structlog
 from aiohttp import web
 
 from dispatcher.api.context import Services, requires
+from dispatcher.api.found import found
 from dispatcher.api.http import json_response, parse_body
 from dispatcher.api.models import SendMessage
 from dispatcher.api.numbers import own_number
@@ -17,7 +19,6 @@ from dispatcher.api.query import choice, e164_parameter, id_parameter, read_quer
 from dispatcher.api.resources import Message, Page, message
 from dispatcher.domain import ids
 from dispatcher.domain.enums import Direction, Scope
-from dispatcher.errors import NotFound
 from dispatcher.store import expunge, messages
 from dispatcher.store.workspaces import ApiKey
 
@@ -58,16 +59,15 @@ async def send_message(request: web.Request, svc: Services, key: ApiKey) -> web.
 async def list_messages(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     filters = read_query(request, FILTERS)
     pager = Pager(request, svc.cursor_key, "messages", filters)
-    page = await messages.list_page(
+    read = partial(
+        messages.list_page,
         svc.db,
         key.workspace_id,
         number_id=filters["numberId"],
         contact=filters["contact"],
         direction=filters["direction"],
-        limit=pager.limit,
-        after=pager.after,
     )
-    return json_response(pager.render(page, [message(r) for r in page.rows]))
+    return json_response(await pager.page(read, message))
 
 
 @routes.get("/v1/messages/{message_id}")
@@ -75,9 +75,7 @@ async def list_messages(request: web.Request, svc: Services, key: ApiKey) -> web
 @operation(200, Message)
 async def get_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await messages.get(svc.db, key.workspace_id, request.match_info["message_id"])
-    if row is None:
-        raise NotFound("message not found")
-    return json_response(message(row))
+    return json_response(message(found(row, "message")))
 
 
 @routes.post("/v1/messages/{message_id}/expunge")
@@ -87,10 +85,9 @@ async def expunge_message(request: web.Request, svc: Services, key: ApiKey) -> w
     """Erase the message's text (personal data): `text` null and `expunged` true, here and in
     the `data` of every event that carried it (their deliveries not yet sent go without it).
     Answers the message; again, the same."""
-    row = await expunge.message(
+    erased = await expunge.message(
         svc.db, key.workspace_id, request.match_info["message_id"], svc.clock.now()
     )
-    if row is None:
-        raise NotFound("message not found")
+    row = found(erased, "message")
     log.info("message.expunged", workspace_id=key.workspace_id, message_id=row.id)
     return json_response(message(row))

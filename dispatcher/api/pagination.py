@@ -12,9 +12,9 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import orjson
 from aiohttp import web
@@ -85,8 +85,16 @@ def decode_cursor(
     return _EPOCH + timedelta(microseconds=micros), row_id
 
 
+class PageRead(Protocol[RowT]):
+    """A store's list read with everything but the page's bounds already given (a
+    `functools.partial` of it): the pager adds `limit` and `after`."""
+
+    def __call__(self, *, limit: int, after: Position | None) -> Awaitable[Page[RowT]]: ...
+
+
 class Pager:
-    """One list run: reads `limit` and `cursor`, and renders the page with its next cursor."""
+    """One list run: reads `limit` and `cursor`, then reads the page and answers it with the
+    cursor to the next."""
 
     def __init__(
         self, request: web.Request, key: bytes, list_name: str, filters: ListFilters
@@ -103,11 +111,15 @@ class Pager:
             else None
         )
 
-    def render(self, page: Page[RowT], data: list[ItemT]) -> resources.Page[ItemT]:
-        """The page's items (`data`, built from `page.rows`) and the cursor to the next."""
+    async def page(
+        self, read: PageRead[RowT], item: Callable[[RowT], ItemT]
+    ) -> resources.Page[ItemT]:
+        """The list's answer: the page `read` gives for this run's bounds, each row rendered
+        by `item`, with the cursor to the next."""
+        page = await read(limit=self.limit, after=self.after)
         next_cursor = (
             None
             if page.last is None
             else encode_cursor(self.key, self.list_name, self.workspace_id, self.filters, page.last)
         )
-        return {"data": data, "nextCursor": next_cursor}
+        return {"data": [item(row) for row in page.rows], "nextCursor": next_cursor}

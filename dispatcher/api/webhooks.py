@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from datetime import timedelta
+from functools import partial
 
 import structlog
 from aiohttp import web
 
 from dispatcher.api.context import Services, requires
+from dispatcher.api.found import found, not_found
 from dispatcher.api.http import json_response, parse_body
 from dispatcher.api.models import CreateWebhook, FilterTest, Recover, UpdateWebhook
 from dispatcher.api.numbers import own_numbers
@@ -42,7 +44,7 @@ from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
 from dispatcher.domain.headers import FIELDS as HEADER_FIELDS
 from dispatcher.domain.headers import HEADERS, SECRET_HEADERS, header_problems
 from dispatcher.domain.payload_filter import FILTER, stored_filter
-from dispatcher.errors import FieldError, NotFound, ValidationFailed
+from dispatcher.errors import FieldError, ValidationFailed
 from dispatcher.store import deliveries, webhooks
 from dispatcher.store.rows import LockedWebhookRow, WebhookRow
 from dispatcher.store.webhooks import WebhookChanges
@@ -81,13 +83,6 @@ def _check_headers(
         raise ValidationFailed([FieldError(f"body.{p.field}", p.message) for p in problems])
 
 
-async def _get_webhook(svc: Services, workspace_id: str, webhook_id: str) -> WebhookRow:
-    row = await webhooks.find(svc.db, workspace_id, webhook_id)
-    if row is None:
-        raise NotFound("webhook not found")
-    return row
-
-
 @routes.post("/v1/webhooks")
 @requires(Scope.WEBHOOKS_WRITE)
 @operation(201, WebhookWithSecret, body=CreateWebhook)
@@ -122,16 +117,16 @@ async def create_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
 @operation(200, Page[Webhook])
 async def list_webhooks(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     pager = Pager(request, svc.cursor_key, "webhooks", {})
-    page = await webhooks.list_page(svc.db, key.workspace_id, limit=pager.limit, after=pager.after)
-    return json_response(pager.render(page, [_webhook(svc, r) for r in page.rows]))
+    read = partial(webhooks.list_page, svc.db, key.workspace_id)
+    return json_response(await pager.page(read, partial(_webhook, svc)))
 
 
 @routes.get("/v1/webhooks/{webhook_id}")
 @requires(Scope.WEBHOOKS_READ)
 @operation(200, Webhook)
 async def get_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    row = await _get_webhook(svc, key.workspace_id, request.match_info["webhook_id"])
-    return json_response(_webhook(svc, row))
+    row = await webhooks.find(svc.db, key.workspace_id, request.match_info["webhook_id"])
+    return json_response(_webhook(svc, found(row, "webhook")))
 
 
 def _changes(body: UpdateWebhook) -> WebhookChanges:
@@ -191,7 +186,7 @@ async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
             )
 
     await _check_numbers(svc, key.workspace_id, changes.get("number_ids"))
-    row = await webhooks.update(
+    updated = await webhooks.update(
         svc.db,
         key.workspace_id,
         request.match_info["webhook_id"],
@@ -199,8 +194,7 @@ async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
         svc.clock.now(),
         check=check,
     )
-    if row is None:
-        raise NotFound("webhook not found")
+    row = found(updated, "webhook")
     if changes.get("enabled") is False:
         log.info("webhook.disabled", webhook_id=row.id, reason=row.disabled_reason)
     return json_response(_webhook(svc, row))
@@ -212,7 +206,7 @@ async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
 async def delete_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     webhook_id = request.match_info["webhook_id"]
     if not await webhooks.delete(svc.db, key.workspace_id, webhook_id, svc.clock.now()):
-        raise NotFound("webhook not found")
+        raise not_found("webhook")
     return web.Response(status=204)
 
 
@@ -221,9 +215,7 @@ async def delete_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
 @operation(200, Secret)
 async def get_webhook_secret(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     current = await webhooks.secret(svc.db, key.workspace_id, request.match_info["webhook_id"])
-    if current is None:
-        raise NotFound("webhook not found")
-    return json_response(secret(current))
+    return json_response(secret(found(current, "webhook")))
 
 
 @routes.post("/v1/webhooks/{webhook_id}/secret/rotate")
@@ -234,9 +226,7 @@ async def rotate_webhook_secret(request: web.Request, svc: Services, key: ApiKey
     current = await webhooks.rotate_secret(
         svc.db, key.workspace_id, request.match_info["webhook_id"], grace, svc.clock.now()
     )
-    if current is None:
-        raise NotFound("webhook not found")
-    return json_response(secret(current))
+    return json_response(secret(found(current, "webhook")))
 
 
 @routes.post("/v1/webhooks/{webhook_id}/filter/test")
@@ -255,9 +245,7 @@ async def test_webhook_filter(request: web.Request, svc: Services, key: ApiKey) 
         given=given,
         payload_filter=stored_filter(body.filter),
     )
-    if matches is None:
-        raise NotFound("webhook not found")
-    return json_response(filter_match(matches))
+    return json_response(filter_match(found(matches, "webhook")))
 
 
 @routes.get("/v1/webhooks/{webhook_id}/deliveries")
@@ -269,7 +257,8 @@ async def list_deliveries(request: web.Request, svc: Services, key: ApiKey) -> w
     since, until = read_time_range(request, CREATED_SINCE, CREATED_UNTIL)
     pager = Pager(request, svc.cursor_key, "deliveries", filters)
     await webhooks.require_readable(svc.db, key.workspace_id, webhook_id)
-    page = await deliveries.list_page(
+    read = partial(
+        deliveries.list_page,
         svc.db,
         key.workspace_id,
         webhook_id,
@@ -278,10 +267,8 @@ async def list_deliveries(request: web.Request, svc: Services, key: ApiKey) -> w
         event_id=filters["eventId"],
         since=since,
         until=until,
-        limit=pager.limit,
-        after=pager.after,
     )
-    return json_response(pager.render(page, [delivery(r) for r in page.rows]))
+    return json_response(await pager.page(read, delivery))
 
 
 @routes.get("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}")
@@ -294,9 +281,7 @@ async def get_delivery(request: web.Request, svc: Services, key: ApiKey) -> web.
         request.match_info["webhook_id"],
         request.match_info["delivery_id"],
     )
-    if row is None:
-        raise NotFound("delivery not found")
-    return json_response(delivery(row))
+    return json_response(delivery(found(row, "delivery")))
 
 
 @routes.post("/v1/webhooks/{webhook_id}/test")
