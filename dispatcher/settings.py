@@ -9,7 +9,7 @@ import ipaddress
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from dispatcher.domain.signing import check_secret
 from dispatcher.domain.urls import check_webhook_url
@@ -22,6 +22,8 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 # The admin token guards every tenant (docs/admin.md): a short one is refused at start-up.
 ADMIN_TOKEN_MIN_LENGTH = 32
 ADMIN_TOKEN_VARIABLE = "DISPATCHER_ADMIN_TOKEN"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -186,44 +188,41 @@ def _on_off(raw: str) -> bool:
     raise ValueError("expected on or off")
 
 
-def _choice(*allowed: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        if raw.lower() not in allowed:
-            raise ValueError(f"expected one of {', '.join(allowed)}")
-        return raw.lower()
+def _checked(
+    convert: Callable[[str], T], valid: Callable[[T], bool], expected: str
+) -> Callable[[str], T]:
+    """The one parser of the settings that are converted, then checked: `convert`'s own
+    ValueError says what is wrong with the text; a value `valid` refuses is "expected
+    {expected}" (which `read` puts after the variable's name and value)."""
+
+    def parse(raw: str) -> T:
+        value = convert(raw)
+        if not valid(value):
+            raise ValueError(f"expected {expected}")
+        return value
 
     return parse
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    return _checked(str.lower, allowed.__contains__, f"one of {', '.join(allowed)}")
 
 
 def _int_between(low: int, high: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        value = int(raw)
-        if not low <= value <= high:
-            raise ValueError(f"expected {low}..{high}")
-        return value
-
-    return parse
+    return _checked(int, lambda value: low <= value <= high, f"{low}..{high}")
 
 
 def _float_between(low: float, high: float) -> Callable[[str], float]:
-    def parse(raw: str) -> float:
-        value = float(raw)
-        if not low <= value <= high:
-            raise ValueError(f"expected {low:g}..{high:g}")
-        return value
-
-    return parse
+    return _checked(float, lambda value: low <= value <= high, f"{low:g}..{high:g}")
 
 
-def _port(raw: str) -> int:
-    return _int_between(0, 65535)(raw)
+_port = _int_between(0, 65535)
 
-
-def _schedule(raw: str) -> tuple[float, ...]:
-    delays = tuple(float(part) for part in raw.split(","))
-    if not delays or any(d < 0 for d in delays):
-        raise ValueError("expected comma-separated non-negative seconds")
-    return delays
+_schedule = _checked(
+    lambda raw: tuple(float(part) for part in raw.split(",")),
+    lambda delays: bool(delays) and not any(delay < 0 for delay in delays),
+    "comma-separated non-negative seconds",
+)
 
 
 def _cidrs(raw: str) -> tuple[Network, ...]:

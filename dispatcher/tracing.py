@@ -262,9 +262,14 @@ def answered(span: Span, status: int) -> None:
 class Publication:
     """What a publish statement needs from its span: the traceparent to store with its
     events (None when tracing is off or the span is not sampled), and where to say how many
-    deliveries it made. Off, `publishing` returns the one shared instance of this class."""
+    deliveries it made. Off, `publishing` returns the one shared instance without a span,
+    which does nothing: one class for both, so that the way a publish ends is written once."""
 
-    traceparent: str | None = None
+    __slots__ = ("span", "traceparent")
+
+    def __init__(self, span: Span | None = None) -> None:
+        self.span = span
+        self.traceparent = None if span is None else _traceparent(span)
 
     def __enter__(self) -> Publication:
         return self
@@ -275,36 +280,16 @@ class Publication:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        return None
+        if self.span is not None:
+            _ended(self.span, error)
 
     def fanned_out(self, deliveries: int) -> None:
         """The deliveries the publish made (`dispatcher.fanout.count`)."""
+        if self.span is not None:
+            self.span.set_attribute("dispatcher.fanout.count", deliveries)
 
 
 _UNTRACED: Final = Publication()
-
-
-class _TracedPublication(Publication):
-    def __init__(self, span: Span) -> None:
-        self.span = span
-        context = span.get_span_context()
-        if context.is_valid and context.trace_flags.sampled:
-            self.traceparent = (
-                f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
-            )
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if error is not None:
-            _failed(self.span, error)
-        self.span.end()
-
-    def fanned_out(self, deliveries: int) -> None:
-        self.span.set_attribute("dispatcher.fanout.count", deliveries)
 
 
 def publishing(
@@ -330,7 +315,7 @@ def _publication(
     if events != 1:
         attributes["dispatcher.event.count"] = events
     span = spans.tracer.start_span("dispatcher.publish", kind=spans.PRODUCER, attributes=attributes)
-    return _TracedPublication(span)
+    return Publication(span)
 
 
 # -- the engine ----------------------------------------------------------------------------
@@ -426,9 +411,7 @@ def record_started(size: int) -> Span:
 
 @_never_raising(lambda: None)
 def record_ended(span: Span, error: BaseException | None = None) -> None:
-    if error is not None:
-        _failed(span, error)
-    span.end()
+    _ended(span, error)
 
 
 def failed(span: Span, error: BaseException) -> None:
@@ -437,6 +420,22 @@ def failed(span: Span, error: BaseException) -> None:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def _traceparent(span: Span) -> str | None:
+    """The W3C traceparent of `span`; None when it is invalid or not sampled (not exported)."""
+    context = span.get_span_context()
+    if not (context.is_valid and context.trace_flags.sampled):
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
+def _ended(span: Span, error: BaseException | None) -> None:
+    """The end of a span around some work (a batch recorded, a publish): an error if the
+    work raised `error`."""
+    if error is not None:
+        _failed(span, error)
+    span.end()
 
 
 def _failed(span: Span, error: BaseException) -> None:

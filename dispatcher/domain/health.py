@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -258,19 +259,11 @@ def rollup(attempts: Iterable[Attempted], settled: Iterable[Settled] = ()) -> Ro
     """What a batch adds to the rollups: each attempt in the minute it started, each delivery
     it settled in the minute the delivery was created; the minutes summed into their hours.
     (Plain loops: this runs on the engine's event loop for every batch it records.)"""
-    minutes: dict[tuple[str, int], Tally] = {}
+    minutes: defaultdict[tuple[str, int], Tally] = defaultdict(Tally)  # made on first use
     for attempt in attempts:
-        key = (attempt.webhook_id, int(attempt.started_at.timestamp() // 60))
-        tally = minutes.get(key)
-        if tally is None:
-            tally = minutes[key] = Tally()
-        tally.add(attempt)
+        minutes[attempt.webhook_id, _minute(attempt.started_at)].add(attempt)
     for delivery in settled:
-        key = (delivery.webhook_id, int(delivery.created_at.timestamp() // 60))
-        tally = minutes.get(key)
-        if tally is None:
-            tally = minutes[key] = Tally()
-        tally.settle(delivery)
+        minutes[delivery.webhook_id, _minute(delivery.created_at)].settle(delivery)
     hours: dict[tuple[str, int], Tally] = {}
     shared: set[tuple[str, int]] = set()  # hours that are still their one minute's tally
     for (webhook_id, minute), counted in minutes.items():
@@ -285,6 +278,11 @@ def rollup(attempts: Iterable[Attempted], settled: Iterable[Settled] = ()) -> Ro
                 shared.discard(key)
             hour.merge(counted)
     return Rollup(_by_key(minutes, 60), _by_key(hours, 3600))
+
+
+def _minute(moment: datetime) -> int:
+    """The minute a moment falls in, counted from the epoch (the key a batch tallies by)."""
+    return int(moment.timestamp() // 60)
 
 
 def _by_key(tallies: dict[tuple[str, int], Tally], seconds: int) -> list[tuple[TallyKey, Tally]]:

@@ -35,43 +35,44 @@ class MessageMedia(TypedDict):
     url: str
 
 
-# Functional form: `from` is a Python keyword.
-Message = TypedDict(
-    "Message",
+# What a message and a call record begin with, in the JSON's order: which, when, which way,
+# between whom. A base, not a schema: the OpenAPI document shows each resource whole.
+# (Functional form: `from` is a Python keyword.)
+Exchange = TypedDict(
+    "Exchange",
     {
         "id": str,
         "createdAt": Timestamp,
         "direction": Direction,
         "from": str,
         "to": str,
-        "text": str | None,
-        "media": list[MessageMedia],
-        "numberId": str,
-        "conversationId": str,
-        "status": MessageStatus,
-        "expunged": bool,
     },
 )
+
+
+class Message(Exchange):
+    text: str | None
+    media: list[MessageMedia]
+    numberId: str
+    conversationId: str
+    status: MessageStatus
+    expunged: bool
+
+
+# Set, not written as a docstring: the OpenAPI document shows it as it is, line breaks too.
 Message.__doc__ = (
     "An SMS message to or from one of the workspace's numbers. Once expunged, its `text` is "
     "null (and so in the events that carried it)."
 )
 
-Call = TypedDict(
-    "Call",
-    {
-        "id": str,
-        "createdAt": Timestamp,
-        "direction": Direction,
-        "from": str,
-        "to": str,
-        "status": CallStatus,
-        "durationSeconds": int | None,
-        "numberId": str,
-        "conversationId": str,
-    },
-)
-Call.__doc__ = "A call record on one of the workspace's numbers."
+
+class Call(Exchange):
+    """A call record on one of the workspace's numbers."""
+
+    status: CallStatus
+    durationSeconds: int | None
+    numberId: str
+    conversationId: str
 
 
 class EventEnvelope(TypedDict):
@@ -86,9 +87,10 @@ class EventEnvelope(TypedDict):
     data: Mapping[str, Any] | None
 
 
-class MessageFields(Protocol):
-    """What a message is made from: the store's `MessageRow` (the domain names the columns
-    it reads; the store declares the row)."""
+class ExchangeFields(Protocol):
+    """What a message and a call record are both made from: the columns the store's
+    `MessageRow` and `CallRow` share (the domain names the columns it reads; the store
+    declares the rows)."""
 
     @property
     def id(self) -> str: ...
@@ -101,13 +103,29 @@ class MessageFields(Protocol):
     @property
     def to_number(self) -> str: ...
     @property
-    def text(self) -> str | None: ...
-    @property
-    def media(self) -> list[MessageMedia]: ...
-    @property
     def number_id(self) -> str: ...
     @property
     def conversation_id(self) -> str: ...
+
+
+def _exchange(row: ExchangeFields) -> Exchange:
+    """The fields a message and a call record begin with, in their order."""
+    return {
+        "id": row.id,
+        "createdAt": isoformat(row.created_at),
+        "direction": Direction(row.direction),
+        "from": row.from_number,
+        "to": row.to_number,
+    }
+
+
+class MessageFields(ExchangeFields, Protocol):
+    """What a message is made from: the store's `MessageRow`."""
+
+    @property
+    def text(self) -> str | None: ...
+    @property
+    def media(self) -> list[MessageMedia]: ...
     @property
     def status(self) -> str: ...
     @property
@@ -116,11 +134,7 @@ class MessageFields(Protocol):
 
 def message(row: MessageFields) -> Message:
     return {
-        "id": row.id,
-        "createdAt": isoformat(row.created_at),
-        "direction": Direction(row.direction),
-        "from": row.from_number,
-        "to": row.to_number,
+        **_exchange(row),
         "text": row.text,
         "media": row.media,
         "numberId": row.number_id,
@@ -136,36 +150,18 @@ def erase_text(data: Mapping[str, Any]) -> dict[str, Any]:
     return {**data, "text": None, "expunged": True}
 
 
-class CallFields(Protocol):
+class CallFields(ExchangeFields, Protocol):
     """What a call record is made from: the store's `CallRow`."""
 
-    @property
-    def id(self) -> str: ...
-    @property
-    def created_at(self) -> datetime: ...
-    @property
-    def direction(self) -> str: ...
-    @property
-    def from_number(self) -> str: ...
-    @property
-    def to_number(self) -> str: ...
     @property
     def status(self) -> str: ...
     @property
     def duration_seconds(self) -> int | None: ...
-    @property
-    def number_id(self) -> str: ...
-    @property
-    def conversation_id(self) -> str: ...
 
 
 def call(row: CallFields) -> Call:
     return {
-        "id": row.id,
-        "createdAt": isoformat(row.created_at),
-        "direction": Direction(row.direction),
-        "from": row.from_number,
-        "to": row.to_number,
+        **_exchange(row),
         "status": CallStatus(row.status),
         "durationSeconds": row.duration_seconds,
         "numberId": row.number_id,
