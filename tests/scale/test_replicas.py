@@ -39,7 +39,12 @@ async def test_three_engines_deliver_each_exactly_once(
                 raise AssertionError((await proc.stderr.read()).decode()[-3000:])
             proc.send_signal(signal.SIGTERM)
         codes = [await asyncio.wait_for(proc.wait(), timeout=30) for proc in engines]
-    assert codes == [0, 0, 0]
+    if codes != [0, 0, 0]:
+        failed = [proc for proc in engines if proc.returncode != 0]
+        assert failed[0].stderr is not None
+        raise AssertionError(
+            f"exit codes {codes}: " + (await failed[0].stderr.read()).decode()[-3000:]
+        )
     received = Counter(r.headers["webhook-id"] for r in receiver.requests)
     assert len(received) == total
     assert max(received.values()) == 1, [d for d, n in received.items() if n > 1][:5]
