@@ -6,28 +6,30 @@ from functools import partial
 
 from aiohttp import web
 
-from dispatcher.api.context import Services, requires
+from dispatcher.api.context import Services
 from dispatcher.api.found import found
 from dispatcher.api.http import json_response
-from dispatcher.api.operations import operation
 from dispatcher.api.pagination import Pager
 from dispatcher.api.query import choice, instant_parameter, read_query, read_time_range
 from dispatcher.api.resources import Attempt, Page, attempt
+from dispatcher.api.routing import Routes
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.outcomes import AttemptOutcome
 from dispatcher.store import attempts, deliveries, webhooks
 from dispatcher.store.workspaces import ApiKey
 
-routes = web.RouteTableDef()
+routes = Routes()
 
 SINCE = instant_parameter("since", "attempts started at or after this time (inclusive)")
 UNTIL = instant_parameter("until", "attempts started before this time (exclusive)")
 WEBHOOK_ATTEMPT_FILTERS = (choice("outcome", AttemptOutcome), SINCE, UNTIL)
 
 
-@routes.get("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/attempts")
-@requires(Scope.WEBHOOKS_READ)
-@operation(200, Page[Attempt])
+@routes.get(
+    "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/attempts",
+    Scope.WEBHOOKS_READ,
+    Page[Attempt],
+)
 async def list_delivery_attempts(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """A delivery's attempts, newest first."""
     webhook_id = request.match_info["webhook_id"]
@@ -41,9 +43,12 @@ async def list_delivery_attempts(request: web.Request, svc: Services, key: ApiKe
     return json_response(await pager.page(read, attempt))
 
 
-@routes.get("/v1/webhooks/{webhook_id}/attempts")
-@requires(Scope.WEBHOOKS_READ)
-@operation(200, Page[Attempt], query=WEBHOOK_ATTEMPT_FILTERS)
+@routes.get(
+    "/v1/webhooks/{webhook_id}/attempts",
+    Scope.WEBHOOKS_READ,
+    Page[Attempt],
+    query=WEBHOOK_ATTEMPT_FILTERS,
+)
 async def list_webhook_attempts(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """Every attempt to an endpoint, newest first, by outcome and start time."""
     webhook_id = request.match_info["webhook_id"]

@@ -1,5 +1,6 @@
-"""Typed application state, and the decorators that guard every endpoint: `requires` (a
-workspace key with a scope) and `requires_admin` (the admin token, docs/admin.md).
+"""Typed application state, the credentials a route may take, and `admit`, the guard every
+route runs before its handler (api/routing.py): a workspace key with a scope (`Scope.X`), any
+workspace key (`ANY_KEY`), the admin token (`ADMIN_TOKEN`, docs/admin.md) or none (`PUBLIC`).
 
 The two credentials never stand in for each other: a workspace key on an admin route is 403,
 the admin token on a workspace route is 401 (it is no workspace's key).
@@ -7,16 +8,14 @@ the admin token on a workspace route is 401 (it is no workspace's key).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, final
 
 from aiohttp import web
 
 from dispatcher.api.http import WORKSPACE_ID, single_header
-from dispatcher.api.operations import mark_admin, mark_keyed
 from dispatcher.api.query import refuse_undeclared_body
 from dispatcher.domain.clock import Clock
 from dispatcher.domain.enums import Scope, allows
@@ -43,10 +42,6 @@ class Services:
 
 
 SERVICES = web.AppKey("services", Services)
-
-ScopedHandler = Callable[[web.Request, Services, ApiKey], Awaitable[web.StreamResponse]]
-AdminHandler = Callable[[web.Request, Services], Awaitable[web.StreamResponse]]
-Guarded = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def services(request: web.Request) -> Services:
@@ -104,51 +99,55 @@ async def authenticate_admin(request: web.Request) -> None:
     raise Unauthorized("the admin token is not valid")
 
 
-Guard = Callable[[ScopedHandler], Guarded]
-
-
-def requires(scope: Scope) -> Guard:
-    """Authenticate the caller, check `scope`, and refuse a body the route does not take; the
-    handler gets the services and the key. The scope is recorded on the handler, where the
-    OpenAPI document and the strict-input middleware read it (api/operations.py)."""
-    return _guard(scope)
-
-
-def requires_key() -> Guard:
-    """As `requires`, for a route any valid workspace key may call whatever its scopes: what
+@final
+class AnyKey:
+    """The credential of a route any valid workspace key may call, whatever its scopes: what
     every key may ask, such as what it may do (`GET /v1/me`)."""
-    return _guard(None)
+
+    def __repr__(self) -> str:
+        return "ANY_KEY"
 
 
-def _guard(scope: Scope | None) -> Guard:
-    def decorate(handler: ScopedHandler) -> Guarded:
-        @functools.wraps(handler)
-        async def guarded(request: web.Request) -> web.StreamResponse:
-            key = await authenticate(request)
-            if scope is not None and not allows(key.scopes, scope):
-                raise Forbidden(f"this API key lacks the scope {scope}")
-            request[WORKSPACE_ID] = key.workspace_id
-            await refuse_undeclared_body(request)
-            return await handler(request, services(request), key)
+@final
+class AdminToken:
+    """The credential of the admin API's routes: the admin token, never a workspace key."""
 
-        mark_keyed(guarded, scope)
-        return guarded
-
-    return decorate
+    def __repr__(self) -> str:
+        return "ADMIN_TOKEN"
 
 
-def requires_admin(handler: AdminHandler) -> Guarded:
-    """Authenticate the admin token and refuse a body the route does not take; the handler
-    gets the services. Marked on the handler for the OpenAPI document (tag `admin`) and the
-    strict-input middleware, as `requires` marks its scope. A cursor of an admin list is bound
-    to the workspace in the path (none for the list of workspaces)."""
+@final
+class Public:
+    """No credential: the probes, /metrics, the document, the demo receiver's door."""
 
-    @functools.wraps(handler)
-    async def guarded(request: web.Request) -> web.StreamResponse:
+    def __repr__(self) -> str:
+        return "PUBLIC"
+
+
+ANY_KEY = AnyKey()
+ADMIN_TOKEN = AdminToken()
+PUBLIC = Public()
+# What a route takes from its caller: a workspace key with this scope, any workspace key, the
+# admin token, or nothing.
+Credential = Scope | AnyKey | AdminToken | Public
+
+
+async def admit(request: web.Request, credential: Credential) -> tuple[Any, ...]:
+    """Let the caller through `credential`, or refuse; then refuse a body the route does not
+    take. Answers what the handler is handed after the request: the services and the key
+    (a workspace key), the services (the admin token), nothing (a public route; its body was
+    checked by the strict-input middleware already, api/query.py). A cursor of an admin list
+    is bound to the workspace in the path (none for the list of workspaces)."""
+    if isinstance(credential, Public):
+        return ()
+    if isinstance(credential, AdminToken):
         await authenticate_admin(request)
         request[WORKSPACE_ID] = request.match_info.get("workspace_id", "")
         await refuse_undeclared_body(request)
-        return await handler(request, services(request))
-
-    mark_admin(guarded)
-    return guarded
+        return (services(request),)
+    key = await authenticate(request)
+    if isinstance(credential, Scope) and not allows(key.scopes, credential):
+        raise Forbidden(f"this API key lacks the scope {credential}")
+    request[WORKSPACE_ID] = key.workspace_id
+    await refuse_undeclared_body(request)
+    return (services(request), key)

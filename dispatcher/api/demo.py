@@ -24,9 +24,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from dispatcher.api.context import Services, requires, services
+from dispatcher.api.context import PUBLIC, Services, services
 from dispatcher.api.http import ApiError, json_response, single_header
 from dispatcher.api.resources import DemoDeliveries, DemoDelivery
+from dispatcher.api.routing import Routes
 from dispatcher.domain.clock import isoformat
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.signing import secret_key, verify
@@ -40,7 +41,7 @@ PATH = "/demo/receiver"
 KEPT = 50
 MAX_BODY_BYTES = 64 * 1024
 
-routes = web.RouteTableDef()
+routes = Routes()
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ async def _verified_by(
     return None
 
 
-@routes.post(PATH)
+@routes.post(PATH, PUBLIC, status=204)
 async def receive_demo_delivery(request: web.Request) -> web.Response:
     """What a receiver does: verify, keep, answer 2xx (401 when the signature does not hold,
     so that the sender sees the refusal in its attempt log)."""
@@ -150,8 +151,7 @@ async def receive_demo_delivery(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-@routes.get(PATH)
-@requires(Scope.WEBHOOKS_READ)
+@routes.get(PATH, Scope.WEBHOOKS_READ, DemoDeliveries)
 async def list_demo_deliveries(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     receiver = request.app[DEMO_RECEIVER]
     if key.workspace_id != receiver.workspace_id:

@@ -12,12 +12,12 @@ import orjson
 import structlog
 from aiohttp import web
 
-from dispatcher.api.context import Services, requires
+from dispatcher.api.context import Services
 from dispatcher.api.found import found
 from dispatcher.api.http import json_response, read_object, single_header, validate
 from dispatcher.api.models import PublishEvent
 from dispatcher.api.numbers import own_number
-from dispatcher.api.operations import HeaderParameter, operation
+from dispatcher.api.operations import HeaderParameter
 from dispatcher.api.pagination import Pager
 from dispatcher.api.query import (
     QueryParameter,
@@ -35,6 +35,7 @@ from dispatcher.api.resources import (
     event_with_deliveries,
     stored_event,
 )
+from dispatcher.api.routing import Routes
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.events import EVENT_TYPE_PATTERN
 from dispatcher.errors import FieldError, ValidationFailed
@@ -42,7 +43,7 @@ from dispatcher.store import deliveries, events, expunge
 from dispatcher.store.rows import EventRow
 from dispatcher.store.workspaces import ApiKey
 
-routes = web.RouteTableDef()
+routes = Routes()
 log = structlog.get_logger("dispatcher.api")
 
 MAX_IDEMPOTENCY_KEY = 255
@@ -62,9 +63,15 @@ def request_fingerprint(body: dict[str, Any]) -> bytes:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).digest()
 
 
-@routes.post("/v1/events")
-@requires(Scope.EVENTS_WRITE)
-@operation(202, EventEnvelope, body=PublishEvent, headers=(IDEMPOTENCY_KEY,), errors=(422,))
+@routes.post(
+    "/v1/events",
+    Scope.EVENTS_WRITE,
+    EventEnvelope,
+    status=202,
+    body_parsed_by_handler=PublishEvent,
+    headers=(IDEMPOTENCY_KEY,),
+    errors=(422,),
+)
 async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """202 with the event envelope. With `Idempotency-Key`, the identical request within 24
     hours answers the first event (and `Idempotent-Replayed: true`) and creates nothing;
@@ -114,9 +121,7 @@ EVENT_FILTERS = (EVENT_TYPE, SINCE, UNTIL)
 SUMMARIES = 100  # deliveries shown with an event; its deliveries list pages through all
 
 
-@routes.get("/v1/events")
-@requires(Scope.EVENTS_READ)
-@operation(200, Page[StoredEvent], query=EVENT_FILTERS)
+@routes.get("/v1/events", Scope.EVENTS_READ, Page[StoredEvent], query=EVENT_FILTERS)
 async def list_events(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """The workspace's events, newest first (test events are not part of the stream)."""
     filters = read_query(request, EVENT_FILTERS)
@@ -149,9 +154,7 @@ async def _with_deliveries(svc: Services, key: ApiKey, row: EventRow) -> EventWi
     return event_with_deliveries(row, first.rows, count)
 
 
-@routes.get("/v1/events/{event_id}")
-@requires(Scope.EVENTS_READ)
-@operation(200, EventWithDeliveries)
+@routes.get("/v1/events/{event_id}", Scope.EVENTS_READ, EventWithDeliveries)
 async def get_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """The event as published (`data` null once expunged), with how many deliveries it has and
     the first 100."""
@@ -159,9 +162,7 @@ async def get_event(request: web.Request, svc: Services, key: ApiKey) -> web.Res
     return json_response(await _with_deliveries(svc, key, row))
 
 
-@routes.post("/v1/events/{event_id}/expunge")
-@requires(Scope.EVENTS_WRITE)
-@operation(200, EventWithDeliveries)
+@routes.post("/v1/events/{event_id}/expunge", Scope.EVENTS_WRITE, EventWithDeliveries)
 async def expunge_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """Erase the event's content: its `data` (null from now on, in the event and in its
     deliveries' `payload`) and every response excerpt its deliveries' attempts kept. Its
@@ -177,9 +178,7 @@ async def expunge_event(request: web.Request, svc: Services, key: ApiKey) -> web
     return json_response(await _with_deliveries(svc, key, row))
 
 
-@routes.get("/v1/events/{event_id}/deliveries")
-@requires(Scope.EVENTS_READ)
-@operation(200, Page[Delivery])
+@routes.get("/v1/events/{event_id}/deliveries", Scope.EVENTS_READ, Page[Delivery])
 async def list_event_deliveries(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """Every delivery of the event, newest first, one per subscription it went to."""
     event_id = request.match_info["event_id"]

@@ -7,25 +7,24 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dispatcher.api import metrics
-from dispatcher.api.context import services
+from dispatcher.api.context import PUBLIC, services
 from dispatcher.api.http import Handler, errors_middleware, json_response, shape_parser_errors
-from dispatcher.api.operations import operation
+from dispatcher.api.routing import Routes
 from dispatcher.errors import DatabaseUnavailable
 from dispatcher.store import schema
 
-routes = web.RouteTableDef()
+routes = Routes()
 
 ReadinessCheck = web.AppKey("readiness_checks", list[tuple[str, Callable[[], bool]]])
 
 
-@routes.get("/healthz")
+@routes.get("/healthz", PUBLIC)
 async def healthz(request: web.Request) -> web.Response:
     """The process is alive and serving."""
     return json_response({"status": "ok"})
 
 
-@routes.get("/readyz")
-@operation(also={503: "not ready"})
+@routes.get("/readyz", PUBLIC, also={503: "not ready"})
 async def readyz(request: web.Request) -> web.Response:
     """Ready for traffic: the database answers with the expected schema, the engine runs."""
     checks: dict[str, bool] = {}

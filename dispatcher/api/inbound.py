@@ -7,18 +7,18 @@ from typing import TypedDict
 
 from aiohttp import web
 
-from dispatcher.api.context import Services, requires
-from dispatcher.api.http import json_response, parse_body
+from dispatcher.api.context import Services
+from dispatcher.api.http import json_response
 from dispatcher.api.models import InboundCall, InboundMessage
 from dispatcher.api.numbers import not_the_workspaces, own_number
-from dispatcher.api.operations import operation
 from dispatcher.api.resources import Call, Message, MessageMedia, call, message
+from dispatcher.api.routing import Routes
 from dispatcher.domain.enums import Direction, Scope
 from dispatcher.domain.events import CALL_STATUS_EVENTS
 from dispatcher.store import messages, workspaces
 from dispatcher.store.workspaces import ApiKey, PhoneNumber
 
-routes = web.RouteTableDef()
+routes = Routes()
 
 
 class _Arrival(TypedDict):
@@ -46,11 +46,10 @@ def _arrival(
     }
 
 
-@routes.post("/v1/inbound/messages")
-@requires(Scope.INGEST_WRITE)
-@operation(201, Message, body=InboundMessage)
-async def inbound_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    body = await parse_body(request, InboundMessage)
+@routes.post("/v1/inbound/messages", Scope.INGEST_WRITE, Message, status=201, body=InboundMessage)
+async def inbound_message(
+    request: web.Request, svc: Services, key: ApiKey, body: InboundMessage
+) -> web.Response:
     number = await own_number(svc, key.workspace_id, "body.to", body.to, e164=True)
     row = await messages.create_incoming(
         svc.db,
@@ -61,12 +60,11 @@ async def inbound_message(request: web.Request, svc: Services, key: ApiKey) -> w
     return json_response(message(row), status=201)
 
 
-@routes.post("/v1/inbound/calls")
-@requires(Scope.INGEST_WRITE)
-@operation(201, Call, body=InboundCall)
-async def inbound_call(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+@routes.post("/v1/inbound/calls", Scope.INGEST_WRITE, Call, status=201, body=InboundCall)
+async def inbound_call(
+    request: web.Request, svc: Services, key: ApiKey, body: InboundCall
+) -> web.Response:
     """A call on a workspace number: incoming when `to` is ours, outgoing when `from` is."""
-    body = await parse_body(request, InboundCall)
     found = await workspaces.find_numbers(
         svc.db, key.workspace_id, [body.to, body.from_], e164=True
     )

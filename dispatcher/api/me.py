@@ -5,18 +5,16 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dispatcher.api.context import Services, requires_key
+from dispatcher.api.context import ANY_KEY, Services
 from dispatcher.api.http import json_response
-from dispatcher.api.operations import operation
 from dispatcher.api.resources import Me, me
+from dispatcher.api.routing import Routes
 from dispatcher.store.workspaces import ApiKey
 
-routes = web.RouteTableDef()
+routes = Routes()
 
 
-@routes.get("/v1/me")
-@requires_key()
-@operation(200, Me)
+@routes.get("/v1/me", ANY_KEY, Me)
 async def get_me(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """The key's workspace, id and scopes. Any valid key may ask, whatever its scopes."""
     return json_response(me(key.workspace_id, key.id, key.scopes))

@@ -8,21 +8,21 @@ from functools import partial
 import structlog
 from aiohttp import web
 
-from dispatcher.api.context import Services, requires
+from dispatcher.api.context import Services
 from dispatcher.api.found import found
-from dispatcher.api.http import json_response, parse_body
+from dispatcher.api.http import json_response
 from dispatcher.api.models import SendMessage
 from dispatcher.api.numbers import own_number
-from dispatcher.api.operations import operation
 from dispatcher.api.pagination import Pager
 from dispatcher.api.query import choice, e164_parameter, id_parameter, read_query
 from dispatcher.api.resources import Message, Page, message
+from dispatcher.api.routing import Routes
 from dispatcher.domain import ids
 from dispatcher.domain.enums import Direction, Scope
 from dispatcher.store import expunge, messages
 from dispatcher.store.workspaces import ApiKey
 
-routes = web.RouteTableDef()
+routes = Routes()
 log = structlog.get_logger("dispatcher.api")
 
 FILTERS = (
@@ -32,11 +32,10 @@ FILTERS = (
 )
 
 
-@routes.post("/v1/messages")
-@requires(Scope.MESSAGES_WRITE)
-@operation(202, Message, body=SendMessage)
-async def send_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    body = await parse_body(request, SendMessage)
+@routes.post("/v1/messages", Scope.MESSAGES_WRITE, Message, status=202, body=SendMessage)
+async def send_message(
+    request: web.Request, svc: Services, key: ApiKey, body: SendMessage
+) -> web.Response:
     # `from` may be the number's id or its E.164 form.
     number = await own_number(svc, key.workspace_id, "body.from", body.from_, e164=True)
     now = svc.clock.now()
@@ -53,9 +52,7 @@ async def send_message(request: web.Request, svc: Services, key: ApiKey) -> web.
     return json_response(message(row), status=202)
 
 
-@routes.get("/v1/messages")
-@requires(Scope.MESSAGES_READ)
-@operation(200, Page[Message], query=FILTERS)
+@routes.get("/v1/messages", Scope.MESSAGES_READ, Page[Message], query=FILTERS)
 async def list_messages(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     filters = read_query(request, FILTERS)
     pager = Pager(request, svc.cursor_key, "messages", filters)
@@ -70,17 +67,13 @@ async def list_messages(request: web.Request, svc: Services, key: ApiKey) -> web
     return json_response(await pager.page(read, message))
 
 
-@routes.get("/v1/messages/{message_id}")
-@requires(Scope.MESSAGES_READ)
-@operation(200, Message)
+@routes.get("/v1/messages/{message_id}", Scope.MESSAGES_READ, Message)
 async def get_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await messages.get(svc.db, key.workspace_id, request.match_info["message_id"])
     return json_response(message(found(row, "message")))
 
 
-@routes.post("/v1/messages/{message_id}/expunge")
-@requires(Scope.MESSAGES_WRITE)
-@operation(200, Message)
+@routes.post("/v1/messages/{message_id}/expunge", Scope.MESSAGES_WRITE, Message)
 async def expunge_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """Erase the message's text (personal data): `text` null and `expunged` true, here and in
     the `data` of every event that carried it (their deliveries not yet sent go without it).

@@ -5,10 +5,13 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-routes = web.RouteTableDef()
+from dispatcher.api.context import PUBLIC
+from dispatcher.api.routing import Routes
+
+routes = Routes()
 
 
-@routes.get("/metrics")
+@routes.get("/metrics", PUBLIC)
 async def metrics(request: web.Request) -> web.Response:
     response = web.Response(body=generate_latest(REGISTRY))
     response.headers["Content-Type"] = CONTENT_TYPE_LATEST

@@ -1,12 +1,13 @@
 """The OpenAPI 3.1 document of the whole API, served at `GET /v1/openapi.json`.
 
 Nothing here describes a route or a resource by hand. The routes are the handler modules'
-route tables (method and path), with what `@requires` and `@operation` declared on each
-handler (scope; status, body, query, answer; api/operations.py). The schemas are pydantic's
-JSON schemas of the types those declarations name: the request models (api/models.py) and
-the response TypedDicts (api/resources.py). A test checks that every route of the app is
-documented and every documented route exists. `route_inputs()` hands the same declarations
-to the middleware that refuses any query parameter or body a route does not take.
+route tables (api/routing.py), each route as its one declaration gives it (method, path,
+credential; status, body, query, headers, answer: api/operations.py). The schemas are
+pydantic's JSON schemas of the types those declarations name: the request models
+(api/models.py) and the response TypedDicts (api/resources.py). A test checks that every route
+of the app is documented and every documented route exists. `route_inputs()` hands the same
+declarations to the middleware that refuses any query parameter or body a route does not
+take.
 """
 
 from __future__ import annotations
@@ -33,17 +34,19 @@ from dispatcher.api import (
     stats,
     webhooks,
 )
+from dispatcher.api.context import PUBLIC
 from dispatcher.api.http import json_response
-from dispatcher.api.operations import Route, declared_routes, operation_id
+from dispatcher.api.operations import Route, operation_id
 from dispatcher.api.query import RouteInputs
 from dispatcher.api.resources import ErrorBody, Page
+from dispatcher.api.routing import Routes, declared_routes
 from dispatcher.domain.enums import ALSO_GRANTED_BY
 
-routes = web.RouteTableDef()
+routes = Routes()
 
 # Every route table of the API, in the order the app adds them. /metrics is documented even
 # when DISPATCHER_METRICS_PORT moves it to a port of its own.
-ROUTE_TABLES: tuple[web.RouteTableDef, ...] = (
+ROUTE_TABLES: tuple[Routes, ...] = (
     health.routes,
     routes,
     me.routes,
@@ -62,7 +65,7 @@ REF_TEMPLATE = "#/components/schemas/{model}"
 ERROR = "Error"
 
 # The refusals, by status; every route may answer those in ALWAYS, a keyed route those in KEYED
-# too, and a route declares any other it may give (`@operation(errors=...)`).
+# too, and a route declares any other it may give (`errors=` in its declaration).
 ERRORS = {
     400: "invalid request: a field, header or query parameter is malformed, unknown or "
     "repeated, or a body was sent where none is taken",
@@ -269,7 +272,7 @@ def route_inputs() -> dict[tuple[str, str], RouteInputs]:
     return {(route.method, route.path): route.inputs for route in declared_routes(*ROUTE_TABLES)}
 
 
-@routes.get("/v1/openapi.json")
+@routes.get("/v1/openapi.json", PUBLIC)
 async def openapi(request: web.Request) -> web.Response:
     return json_response(_DOCUMENT)
 

@@ -1,40 +1,30 @@
-"""What each route takes and answers, declared once, on its handler.
+"""What each route takes and answers: the record its route table keeps of it.
 
-A route is declared by three decorators stacked on its handler, each the only place its fact
-is written:
+Each handler module declares its routes in one place each, at the handler, with its route
+table (api/routing.py):
 
-    @routes.get("/v1/messages")                      # method and path (aiohttp's route table)
-    @requires(Scope.MESSAGES_READ)                   # the scope (api/context.py)
-    @operation(200, Page[Message], query=FILTERS)    # inputs and answer (this module)
-    async def list_messages(...): ...
+    @routes.get("/v1/messages", Scope.MESSAGES_READ, Page[Message], query=FILTERS)
 
-The OpenAPI document (api/openapi.py) and the middleware that refuses undeclared inputs
-(api/query.py) both read these back from the route tables; the operation id is the handler's
-name in camelCase. A handler without `@operation` answers 200 with a body the document does
-not describe (the probes, /metrics, the document itself).
+which keeps a `Route`: method, path, credential, and the `Operation` (status, answer, body,
+query, headers, errors). The OpenAPI document (api/openapi.py) and the middleware that
+refuses undeclared inputs (api/query.py) both read these; the operation id is the handler's
+name in camelCase. A route that names no answer answers 200 with a body the document does not
+describe (the probes, /metrics, the document itself).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, get_origin
+from typing import Any, get_origin
 
-from aiohttp import web
 from pydantic import BaseModel
 
+from dispatcher.api.context import AdminToken, AnyKey, Credential, Public
 from dispatcher.api.pagination import PAGE_QUERY
 from dispatcher.api.query import QueryParameter, RouteInputs
 from dispatcher.api.resources import Page
 from dispatcher.domain.enums import Scope
-
-HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
-
-# The attribute each decorator leaves on the handler (functools.wraps carries it outwards).
-_OPERATION = "operation"
-_SCOPE = "scope"
-_ADMIN = "admin"
-_KEYED = "keyed"
 
 
 @dataclass(frozen=True)
@@ -69,59 +59,6 @@ class Operation:
         return get_origin(self.response) is Page
 
 
-def operation(
-    status: int = 200,
-    response: Any = None,
-    *,
-    body: type[BaseModel] | None = None,
-    query: tuple[QueryParameter, ...] = (),
-    headers: tuple[HeaderParameter, ...] = (),
-    errors: tuple[int, ...] = (),
-    also: Mapping[int, str] | None = None,
-) -> Callable[[HandlerT], HandlerT]:
-    """Declare what the decorated handler takes and answers (see the module docstring)."""
-    declared = Operation(status, response, body, query, headers, errors, also)
-
-    def declare(handler: HandlerT) -> HandlerT:
-        setattr(handler, _OPERATION, declared)
-        return handler
-
-    return declare
-
-
-def mark_keyed(handler: Callable[..., Any], scope: Scope | None) -> None:
-    """Record on a guarded handler that it needs a workspace key, and the scope it requires
-    (None: any valid key will do; called by `requires` and `requires_key`)."""
-    setattr(handler, _KEYED, True)
-    setattr(handler, _SCOPE, scope)
-
-
-def mark_admin(handler: Callable[..., Any]) -> None:
-    """Record on a guarded handler that it takes the admin token (called by `requires_admin`)."""
-    setattr(handler, _ADMIN, True)
-
-
-def declared_operation(handler: Callable[..., Any]) -> Operation:
-    found = getattr(handler, _OPERATION, None)
-    return found if isinstance(found, Operation) else Operation()
-
-
-def declared_scope(handler: Callable[..., Any]) -> Scope | None:
-    """The scope the route requires, None for a route without a key or open to any key."""
-    found = getattr(handler, _SCOPE, None)
-    return found if isinstance(found, Scope) else None
-
-
-def declared_admin(handler: Callable[..., Any]) -> bool:
-    """Whether the route is the admin API's (the admin token, never a workspace key)."""
-    return getattr(handler, _ADMIN, False) is True
-
-
-def declared_keyed(handler: Callable[..., Any]) -> bool:
-    """Whether the route needs a workspace key (with a scope or not)."""
-    return getattr(handler, _KEYED, False) is True
-
-
 def operation_id(handler: Callable[..., Any]) -> str:
     """`list_messages` -> `listMessages`."""
     first, *rest = handler.__name__.split("_")
@@ -130,17 +67,29 @@ def operation_id(handler: Callable[..., Any]) -> str:
 
 @dataclass(frozen=True)
 class Route:
-    """A route as declared: method, path template, credential (a workspace key with its scope,
-    any workspace key, or the admin token), operation, with its handler. `keyed` without a
-    `scope`: any valid key may call it."""
+    """A route as declared (api/routing.py): method, path template, credential, operation,
+    with its handler (the function the route calls, not the guarded one aiohttp calls)."""
 
     method: str
     path: str
-    scope: Scope | None
+    credential: Credential
     operation: Operation
     handler: Callable[..., Any]
-    keyed: bool = False  # a workspace key
-    admin: bool = False  # the admin token
+
+    @property
+    def scope(self) -> Scope | None:
+        """The scope the route requires, None for a route without a key or open to any key."""
+        return self.credential if isinstance(self.credential, Scope) else None
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the route needs a workspace key (with a scope or not)."""
+        return isinstance(self.credential, Scope | AnyKey)
+
+    @property
+    def admin(self) -> bool:
+        """Whether the route is the admin API's (the admin token, never a workspace key)."""
+        return isinstance(self.credential, AdminToken)
 
     @property
     def query(self) -> tuple[QueryParameter, ...]:
@@ -155,23 +104,5 @@ class Route:
         return RouteInputs(
             query={parameter.name: parameter.schema for parameter in self.query},
             body=self.operation.body is not None,
-            keyed=self.keyed or self.admin,
+            keyed=not isinstance(self.credential, Public),
         )
-
-
-def declared_routes(*tables: web.RouteTableDef) -> list[Route]:
-    """Every route of `tables`, with what its decorators declared, in declaration order."""
-    return [
-        Route(
-            method=definition.method.upper(),
-            path=definition.path,
-            scope=declared_scope(definition.handler),
-            operation=declared_operation(definition.handler),
-            handler=definition.handler,
-            admin=declared_admin(definition.handler),
-            keyed=declared_keyed(definition.handler),
-        )
-        for table in tables
-        for definition in table
-        if isinstance(definition, web.RouteDef)
-    ]

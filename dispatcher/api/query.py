@@ -1,11 +1,11 @@
 """Query strings, held to each route's declaration like bodies (errors name `query.<name>`).
 
 Every route declares the query parameters it takes, whether it takes a body, and whether it
-needs a key (its `@operation` and `@requires`, api/operations.py; app.py hands
-`openapi.route_inputs()` to `declared_inputs`). A parameter the route does not declare, or one
-sent twice, is refused rather than ignored or resolved by picking one of its values, as an
-unknown body field is. A declared parameter (`QueryParameter`) carries both its schema, for
-the document, and its rule, for the handler that reads it: the two cannot drift apart.
+needs a key (its one declaration, api/routing.py; app.py hands `openapi.route_inputs()` to
+`declared_inputs`). A parameter the route does not declare, or one sent twice, is refused
+rather than ignored or resolved by picking one of its values, as an unknown body field is. A
+declared parameter (`QueryParameter`) carries both its schema, for the document, and its rule,
+for the handler that reads it: the two cannot drift apart.
 """
 
 from __future__ import annotations

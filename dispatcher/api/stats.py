@@ -7,9 +7,8 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from dispatcher.api.context import Services, requires
+from dispatcher.api.context import Services
 from dispatcher.api.http import json_response
-from dispatcher.api.operations import operation
 from dispatcher.api.query import choice
 from dispatcher.api.resources import (
     AttemptsPerMinute,
@@ -17,13 +16,14 @@ from dispatcher.api.resources import (
     attempts_per_minute,
     webhook_stats,
 )
+from dispatcher.api.routing import Routes
 from dispatcher.domain import health
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.health import StatsWindow
 from dispatcher.store import stats, webhooks
 from dispatcher.store.workspaces import ApiKey
 
-routes = web.RouteTableDef()
+routes = Routes()
 
 DEFAULT_WINDOW = StatsWindow.DAY
 _WINDOW = choice("window", StatsWindow)
@@ -37,9 +37,7 @@ WINDOW = replace(
 )
 
 
-@routes.get("/v1/webhooks/{webhook_id}/stats")
-@requires(Scope.WEBHOOKS_READ)
-@operation(200, WebhookStats, query=(WINDOW,))
+@routes.get("/v1/webhooks/{webhook_id}/stats", Scope.WEBHOOKS_READ, WebhookStats, query=(WINDOW,))
 async def get_webhook_stats(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """An endpoint's deliveries, attempts, response times and failure clock over a window."""
     window = StatsWindow(WINDOW.read(request) or DEFAULT_WINDOW)
@@ -49,9 +47,7 @@ async def get_webhook_stats(request: web.Request, svc: Services, key: ApiKey) ->
     return json_response(webhook_stats(health))
 
 
-@routes.get("/v1/webhooks/{webhook_id}/stats/minutes")
-@requires(Scope.WEBHOOKS_READ)
-@operation(200, AttemptsPerMinute)
+@routes.get("/v1/webhooks/{webhook_id}/stats/minutes", Scope.WEBHOOKS_READ, AttemptsPerMinute)
 async def get_webhook_attempts_per_minute(
     request: web.Request, svc: Services, key: ApiKey
 ) -> web.Response:

@@ -9,12 +9,11 @@ from functools import partial
 import structlog
 from aiohttp import web
 
-from dispatcher.api.context import Services, requires
+from dispatcher.api.context import Services
 from dispatcher.api.found import found, not_found
-from dispatcher.api.http import json_response, parse_body
+from dispatcher.api.http import json_response
 from dispatcher.api.models import CreateWebhook, FilterTest, Recover, UpdateWebhook
 from dispatcher.api.numbers import own_numbers
-from dispatcher.api.operations import operation
 from dispatcher.api.pagination import Pager
 from dispatcher.api.query import (
     choice,
@@ -38,6 +37,7 @@ from dispatcher.api.resources import (
     webhook,
     webhook_with_secret,
 )
+from dispatcher.api.routing import Routes
 from dispatcher.domain import ids
 from dispatcher.domain.enums import DeliveryStatus, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
@@ -50,7 +50,7 @@ from dispatcher.store.rows import LockedWebhookRow, WebhookRow
 from dispatcher.store.webhooks import WebhookChanges
 from dispatcher.store.workspaces import ApiKey
 
-routes = web.RouteTableDef()
+routes = Routes()
 log = structlog.get_logger("dispatcher.api")
 
 RECOVER_WINDOW = timedelta(days=14)
@@ -83,11 +83,12 @@ def _check_headers(
         raise ValidationFailed([FieldError(f"body.{p.field}", p.message) for p in problems])
 
 
-@routes.post("/v1/webhooks")
-@requires(Scope.WEBHOOKS_WRITE)
-@operation(201, WebhookWithSecret, body=CreateWebhook)
-async def create_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    body = await parse_body(request, CreateWebhook)
+@routes.post(
+    "/v1/webhooks", Scope.WEBHOOKS_WRITE, WebhookWithSecret, status=201, body=CreateWebhook
+)
+async def create_webhook(
+    request: web.Request, svc: Services, key: ApiKey, body: CreateWebhook
+) -> web.Response:
     headers, secret_headers = body.headers or {}, body.secretHeaders or {}
     _check_headers(headers, secret_headers, body.model_fields_set)
     await _check_numbers(svc, key.workspace_id, body.numberIds)
@@ -112,18 +113,14 @@ async def create_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
     )
 
 
-@routes.get("/v1/webhooks")
-@requires(Scope.WEBHOOKS_READ)
-@operation(200, Page[Webhook])
+@routes.get("/v1/webhooks", Scope.WEBHOOKS_READ, Page[Webhook])
 async def list_webhooks(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     pager = Pager(request, svc.cursor_key, "webhooks", {})
     read = partial(webhooks.list_page, svc.db, key.workspace_id)
     return json_response(await pager.page(read, partial(_webhook, svc)))
 
 
-@routes.get("/v1/webhooks/{webhook_id}")
-@requires(Scope.WEBHOOKS_READ)
-@operation(200, Webhook)
+@routes.get("/v1/webhooks/{webhook_id}", Scope.WEBHOOKS_READ, Webhook)
 async def get_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await webhooks.find(svc.db, key.workspace_id, request.match_info["webhook_id"])
     return json_response(_webhook(svc, found(row, "webhook")))
@@ -159,11 +156,10 @@ def _changes(body: UpdateWebhook) -> WebhookChanges:
     return changes
 
 
-@routes.patch("/v1/webhooks/{webhook_id}")
-@requires(Scope.WEBHOOKS_WRITE)
-@operation(200, Webhook, body=UpdateWebhook)
-async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    body = await parse_body(request, UpdateWebhook)
+@routes.patch("/v1/webhooks/{webhook_id}", Scope.WEBHOOKS_WRITE, Webhook, body=UpdateWebhook)
+async def update_webhook(
+    request: web.Request, svc: Services, key: ApiKey, body: UpdateWebhook
+) -> web.Response:
     present = body.model_fields_set
     errors = [
         FieldError(f"body.{name}", "must not be null")
@@ -200,9 +196,7 @@ async def update_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
     return json_response(_webhook(svc, row))
 
 
-@routes.delete("/v1/webhooks/{webhook_id}")
-@requires(Scope.WEBHOOKS_WRITE)
-@operation(204)
+@routes.delete("/v1/webhooks/{webhook_id}", Scope.WEBHOOKS_WRITE, status=204)
 async def delete_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     webhook_id = request.match_info["webhook_id"]
     if not await webhooks.delete(svc.db, key.workspace_id, webhook_id, svc.clock.now()):
@@ -210,17 +204,13 @@ async def delete_webhook(request: web.Request, svc: Services, key: ApiKey) -> we
     return web.Response(status=204)
 
 
-@routes.get("/v1/webhooks/{webhook_id}/secret")
-@requires(Scope.WEBHOOKS_READ)
-@operation(200, Secret)
+@routes.get("/v1/webhooks/{webhook_id}/secret", Scope.WEBHOOKS_READ, Secret)
 async def get_webhook_secret(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     current = await webhooks.secret(svc.db, key.workspace_id, request.match_info["webhook_id"])
     return json_response(secret(found(current, "webhook")))
 
 
-@routes.post("/v1/webhooks/{webhook_id}/secret/rotate")
-@requires(Scope.WEBHOOKS_WRITE)
-@operation(200, Secret)
+@routes.post("/v1/webhooks/{webhook_id}/secret/rotate", Scope.WEBHOOKS_WRITE, Secret)
 async def rotate_webhook_secret(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     grace = timedelta(seconds=svc.settings.secret_rotation_grace)
     current = await webhooks.rotate_secret(
@@ -229,13 +219,14 @@ async def rotate_webhook_secret(request: web.Request, svc: Services, key: ApiKey
     return json_response(secret(found(current, "webhook")))
 
 
-@routes.post("/v1/webhooks/{webhook_id}/filter/test")
-@requires(Scope.WEBHOOKS_READ)
-@operation(200, FilterMatch, body=FilterTest)
-async def test_webhook_filter(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+@routes.post(
+    "/v1/webhooks/{webhook_id}/filter/test", Scope.WEBHOOKS_READ, FilterMatch, body=FilterTest
+)
+async def test_webhook_filter(
+    request: web.Request, svc: Services, key: ApiKey, body: FilterTest
+) -> web.Response:
     """Whether `data` would pass the webhook's saved filter, or the `filter` given instead
     (null or `{}`: no filter): answered by the database's `@>`, as fan-out decides."""
-    body = await parse_body(request, FilterTest)
     given = FILTER in body.model_fields_set
     matches = await webhooks.filter_matches(
         svc.db,
@@ -248,9 +239,12 @@ async def test_webhook_filter(request: web.Request, svc: Services, key: ApiKey) 
     return json_response(filter_match(found(matches, "webhook")))
 
 
-@routes.get("/v1/webhooks/{webhook_id}/deliveries")
-@requires(Scope.WEBHOOKS_READ)
-@operation(200, Page[Delivery], query=DELIVERY_FILTERS)
+@routes.get(
+    "/v1/webhooks/{webhook_id}/deliveries",
+    Scope.WEBHOOKS_READ,
+    Page[Delivery],
+    query=DELIVERY_FILTERS,
+)
 async def list_deliveries(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     webhook_id = request.match_info["webhook_id"]
     filters = {"webhookId": webhook_id, **read_query(request, DELIVERY_FILTERS)}
@@ -271,9 +265,7 @@ async def list_deliveries(request: web.Request, svc: Services, key: ApiKey) -> w
     return json_response(await pager.page(read, delivery))
 
 
-@routes.get("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}")
-@requires(Scope.WEBHOOKS_READ)
-@operation(200, Delivery)
+@routes.get("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}", Scope.WEBHOOKS_READ, Delivery)
 async def get_delivery(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await deliveries.get(
         svc.db,
@@ -284,9 +276,7 @@ async def get_delivery(request: web.Request, svc: Services, key: ApiKey) -> web.
     return json_response(delivery(found(row, "delivery")))
 
 
-@routes.post("/v1/webhooks/{webhook_id}/test")
-@requires(Scope.WEBHOOKS_WRITE)
-@operation(202, Delivery)
+@routes.post("/v1/webhooks/{webhook_id}/test", Scope.WEBHOOKS_WRITE, Delivery, status=202)
 async def test_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await deliveries.create_test(
         svc.db, key.workspace_id, request.match_info["webhook_id"], svc.clock.now()
@@ -294,9 +284,13 @@ async def test_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.
     return json_response(delivery(row), status=202)
 
 
-@routes.post("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/retry")
-@requires(Scope.WEBHOOKS_WRITE)
-@operation(202, Delivery, errors=(409,))
+@routes.post(
+    "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/retry",
+    Scope.WEBHOOKS_WRITE,
+    Delivery,
+    status=202,
+    errors=(409,),
+)
 async def retry_delivery(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     row = await deliveries.retry(
         svc.db,
@@ -308,11 +302,17 @@ async def retry_delivery(request: web.Request, svc: Services, key: ApiKey) -> we
     return json_response(delivery(row), status=202)
 
 
-@routes.post("/v1/webhooks/{webhook_id}/recover")
-@requires(Scope.WEBHOOKS_WRITE)
-@operation(202, Recovered, body=Recover, errors=(409,))
-async def recover_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    body = await parse_body(request, Recover)
+@routes.post(
+    "/v1/webhooks/{webhook_id}/recover",
+    Scope.WEBHOOKS_WRITE,
+    Recovered,
+    status=202,
+    body=Recover,
+    errors=(409,),
+)
+async def recover_webhook(
+    request: web.Request, svc: Services, key: ApiKey, body: Recover
+) -> web.Response:
     now = svc.clock.now()
     until = body.until or now
     if body.since < now - RECOVER_WINDOW:

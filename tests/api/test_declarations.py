@@ -1,7 +1,8 @@
 """The OpenAPI document says what the service does, because both come from one declaration
-per route (method and path, `@requires`, `@operation`): each documented scope is the one the
-route enforces, each documented body the one it validates, each documented filter value one
-it takes. And the workspace's numbers are checked the same way at every door."""
+per route (api/routing.py: method, path, credential, answer, body, query): each documented
+scope is the one the route enforces, each documented body the one it validates, each
+documented filter value one it takes. And the workspace's numbers are checked the same way at
+every door."""
 
 from __future__ import annotations
 
@@ -147,6 +148,43 @@ async def test_each_route_validates_the_body_it_documents(
     assert {"path": "body.undocumented", "message": "unknown field"} in (await resp.json())[
         "errors"
     ]
+
+
+@pytest.mark.parametrize(("method", "path", "operation"), cases("requestBody"))
+async def test_a_body_is_read_after_the_credential_and_before_the_path_is_looked_up(
+    client: TestClient[Any, Any],
+    make_workspace: MakeWorkspace,
+    method: str,
+    path: str,
+    operation: dict[str, Any],
+) -> None:
+    """A request wrong twice gets the first refusal of: the credential (401), the scope or the
+    kind of credential (403), the body (400), and only then what the path names (404)."""
+    url, broken, json_type = concrete(path), b"{", {"Content-Type": "application/json"}
+    resp = await client.request(method.upper(), url, data=broken, headers=json_type)
+    assert resp.status == 401, await resp.text()
+    if is_admin(operation):
+        wrong, right = (await make_workspace()).headers, ADMIN_HEADERS
+    else:
+        scope = documented_scope(operation)
+        lacking = sorted(set(SCOPES) - {scope, ALSO_GRANTED_BY.get(Scope(scope))})
+        wrong = (await make_workspace(scopes=lacking)).headers
+        right = (await make_workspace(scopes=[scope])).headers
+    for headers, status in ((wrong, 403), (right, 400)):
+        sent = {**json_type, **headers}
+        resp = await client.request(method.upper(), url, data=broken, headers=sent)
+        assert resp.status == status, await resp.text()
+    assert (await resp.json())["code"] == "invalid_json"
+
+
+async def test_a_header_is_checked_before_the_body(
+    client: TestClient[Any, Any], ws: Workspace
+) -> None:
+    """`POST /v1/events` parses its body itself, after `Idempotency-Key`."""
+    headers = {**ws.headers, "Content-Type": "application/json", "Idempotency-Key": "a b"}
+    resp = await client.post("/v1/events", data=b"{", headers=headers)
+    assert resp.status == 400, await resp.text()
+    assert [e["path"] for e in (await resp.json())["errors"]] == ["header.Idempotency-Key"]
 
 
 FILTERS = [

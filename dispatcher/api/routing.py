@@ -1,0 +1,174 @@
+"""Route tables: each route declared once, at its handler, with everything it is.
+
+    routes = Routes()
+
+    @routes.get("/v1/messages", Scope.MESSAGES_READ, Page[Message], query=FILTERS)
+    async def list_messages(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+        ...
+
+    @routes.post("/v1/messages", Scope.MESSAGES_WRITE, Message, status=202, body=SendMessage)
+    async def send_message(
+        request: web.Request, svc: Services, key: ApiKey, body: SendMessage
+    ) -> web.Response:
+        ...
+
+A declaration takes the path; the credential (a scope, `ANY_KEY`, `ADMIN_TOKEN` or `PUBLIC`:
+api/context.py); the type of the answer (a TypedDict of api/resources.py or `Page[...]`; none
+when the document does not describe it); then, by keyword, the success `status` (200), the
+`body` model (api/models.py), the `query` parameters and `headers` the handler reads, the
+`errors` the route adds to those every route can give, and `also`, other statuses answered in
+the success's shape (api/operations.py, `Operation`).
+
+One declaration does three things. It registers the route: the table is what
+`app.router.add_routes` takes. It guards the route, in this order: the credential (401, then
+the scope's 403), the refusal of a body the route does not take (`admit`), then, when the
+route names a `body`, the body read and validated (400 naming each field); only then is the
+handler called, handed the services and the key (a workspace key's route), the services (the
+admin token's) or nothing (a public route), and the parsed body last. And it keeps the route
+(`Route`) for the OpenAPI document and the strict-input middleware (api/openapi.py).
+
+The handler's parameters are checked by mypy against the declaration (the overloads of
+`Method`): a handler of a route with a `body` takes that model, the admin token's takes no
+key. A handler that must look at something else before the body declares its model as
+`body_parsed_by_handler` instead (documented and let through as `body` is; publish_event
+checks `Idempotency-Key` first and fingerprints the JSON as it came), and parses it itself.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any, TypedDict, TypeVar, Unpack, overload
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from dispatcher.api.context import AdminToken, AnyKey, Credential, Public, Services, admit
+from dispatcher.api.http import parse_body
+from dispatcher.api.operations import HeaderParameter, Operation, Route
+from dispatcher.api.query import QueryParameter
+from dispatcher.domain.enums import Scope
+from dispatcher.store.workspaces import ApiKey
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+Answer = Awaitable[web.StreamResponse]
+HandlerT = TypeVar("HandlerT", bound=Callable[..., Answer])
+# A handler by the route's credential, and with the body the route parses for it.
+KeyHandler = Callable[[web.Request, Services, ApiKey], Answer]
+KeyBodyHandler = Callable[[web.Request, Services, ApiKey, ModelT], Answer]
+AdminHandler = Callable[[web.Request, Services], Answer]
+AdminBodyHandler = Callable[[web.Request, Services, ModelT], Answer]
+PublicHandler = Callable[[web.Request], Answer]
+# A declaration: it hands the handler back as it was (aiohttp is given the guarded one).
+Declare = Callable[[HandlerT], HandlerT]
+
+
+class Options(TypedDict, total=False):
+    """What a route declares by keyword besides its body (`Operation`'s fields)."""
+
+    status: int
+    query: tuple[QueryParameter, ...]
+    headers: tuple[HeaderParameter, ...]
+    errors: tuple[int, ...]
+    also: Mapping[int, str]
+
+
+class Method:
+    """`routes.get`, `routes.post`, ...: declare a route of one method (module docstring)."""
+
+    def __init__(self, table: Routes, method: str) -> None:
+        self._table = table
+        self._method = method
+
+    @overload
+    def __call__(
+        self, path: str, credential: Scope | AnyKey, response: Any = None, *,
+        body: type[ModelT], **options: Unpack[Options],
+    ) -> Declare[KeyBodyHandler[ModelT]]: ...  # fmt: skip
+    @overload
+    def __call__(
+        self, path: str, credential: Scope | AnyKey, response: Any = None, *,
+        body_parsed_by_handler: type[BaseModel] | None = None, **options: Unpack[Options],
+    ) -> Declare[KeyHandler]: ...  # fmt: skip
+    @overload
+    def __call__(
+        self, path: str, credential: AdminToken, response: Any = None, *,
+        body: type[ModelT], **options: Unpack[Options],
+    ) -> Declare[AdminBodyHandler[ModelT]]: ...  # fmt: skip
+    @overload
+    def __call__(
+        self, path: str, credential: AdminToken, response: Any = None, **options: Unpack[Options]
+    ) -> Declare[AdminHandler]: ...
+    @overload
+    def __call__(
+        self, path: str, credential: Public, response: Any = None, **options: Unpack[Options]
+    ) -> Declare[PublicHandler]: ...
+    def __call__(
+        self,
+        path: str,
+        credential: Credential,
+        response: Any = None,
+        *,
+        body: type[BaseModel] | None = None,
+        body_parsed_by_handler: type[BaseModel] | None = None,
+        **options: Unpack[Options],
+    ) -> Declare[Any]:
+        operation = Operation(response=response, body=body or body_parsed_by_handler, **options)
+        return self._table.declare(self._method, path, credential, operation, parses=body)
+
+
+class Routes:
+    """One module's route table: `routes.get(...)`, `.post`, `.patch`, `.delete` declare a
+    route each (module docstring); iterated, the table is aiohttp's route definitions."""
+
+    def __init__(self) -> None:
+        self.declared: list[Route] = []
+        self._definitions: list[web.RouteDef] = []
+        self.get = Method(self, "GET")
+        self.post = Method(self, "POST")
+        self.patch = Method(self, "PATCH")
+        self.delete = Method(self, "DELETE")
+
+    def declare(
+        self,
+        method: str,
+        path: str,
+        credential: Credential,
+        operation: Operation,
+        *,
+        parses: type[BaseModel] | None,
+    ) -> Declare[Any]:
+        """Keep the route and register its guarded handler (`parses`: the body model the
+        route parses for the handler)."""
+
+        def register(handler: HandlerT) -> HandlerT:
+            self.declared.append(Route(method, path, credential, operation, handler))
+            guarded = _guarded(credential, parses, handler)
+            self._definitions.append(web.RouteDef(method, path, guarded, {}))
+            return handler
+
+        return register
+
+    def __iter__(self) -> Iterator[web.RouteDef]:
+        return iter(self._definitions)
+
+
+def _guarded(
+    credential: Credential, body: type[BaseModel] | None, handler: Callable[..., Answer]
+) -> PublicHandler:
+    """What aiohttp calls: the guard, then the body when the route parses it, then the
+    handler."""
+
+    @functools.wraps(handler)
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        admitted = await admit(request, credential)
+        if body is None:
+            return await handler(request, *admitted)
+        return await handler(request, *admitted, await parse_body(request, body))
+
+    return guarded
+
+
+def declared_routes(*tables: Routes) -> list[Route]:
+    """Every route of `tables`, as declared, in declaration order."""
+    return [route for table in tables for route in table.declared]
