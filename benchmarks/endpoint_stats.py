@@ -28,7 +28,6 @@ import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -40,8 +39,15 @@ from dispatcher.api.app import create_app
 from dispatcher.api.context import SCOPES, Services
 from dispatcher.domain import health
 from dispatcher.domain.clock import SystemClock
-from dispatcher.domain.health import Settled
-from dispatcher.domain.outcomes import AttemptOutcome
+from dispatcher.domain.health import SettledDelivery
+from dispatcher.domain.outcomes import (
+    AttemptOutcome,
+    AttemptResult,
+    Delivered,
+    GivenUp,
+    GiveUpReason,
+    last_error,
+)
 from dispatcher.settings import Settings
 from dispatcher.store import schema, stats, workspaces
 from dispatcher.store.database import Database
@@ -59,22 +65,33 @@ REQUESTS = 40
 WEEK = 7 * 86400
 
 
-class Attempt(NamedTuple):
-    webhook_id: str
-    started_at: datetime
-    outcome: AttemptOutcome
-    response_status: int | None
-    response_ms: int
-
-
-def draw(rand: random.Random, webhook_id: str, now: datetime) -> Attempt:
+def draw(rand: random.Random, webhook_id: str, now: datetime, delivery_id: str) -> AttemptResult:
+    """A delivery's one attempt, as the engine hands it to the recorder: delivered when it
+    succeeded, given up otherwise."""
     outcome = rand.choices([o for o, _ in OUTCOMES], [w for _, w in OUTCOMES])[0]
     started = now - timedelta(seconds=rand.uniform(0, WEEK))
+    status: int | None
     if outcome == AttemptOutcome.SUCCESS:
-        return Attempt(webhook_id, started, outcome, 200, int(rand.lognormvariate(4.0, 0.8)))
-    if outcome == AttemptOutcome.HTTP_ERROR:
-        return Attempt(webhook_id, started, outcome, 500, int(rand.lognormvariate(3.0, 1.0)))
-    return Attempt(webhook_id, started, outcome, None, rand.randrange(1, 15000))
+        status, ms = 200, int(rand.lognormvariate(4.0, 0.8))
+    elif outcome == AttemptOutcome.HTTP_ERROR:
+        status, ms = 500, int(rand.lognormvariate(3.0, 1.0))
+    else:
+        status, ms = None, rand.randrange(1, 15000)
+    success = outcome == AttemptOutcome.SUCCESS
+    decision = Delivered(started) if success else GivenUp(GiveUpReason.EXHAUSTED)
+    return AttemptResult(
+        id=delivery_id,
+        webhook_id=webhook_id,
+        attempts_before=0,
+        response_status=status,
+        response_ms=ms,
+        last_error=last_error(decision, outcome.value),
+        finished_at=started,
+        decision=decision,
+        started_at=started,
+        outcome=outcome,
+        response_body=None,
+    )
 
 
 def with_database(url: str, name: str) -> str:
@@ -89,19 +106,22 @@ async def write_history(db: Database, webhook_id: str, workspace_id: str, n: int
     now = datetime.now(UTC)
     done = 0
     while done < n:
-        attempts = [draw(rand, webhook_id, now) for _ in range(min(500, n - done))]
+        attempts = [
+            draw(rand, webhook_id, now, f"WD{webhook_id[2:10]}{number:024d}")
+            for number in range(done, done + min(500, n - done))
+        ]
         deliveries = []
         settled = []
         logged = []
         for number, attempt in enumerate(attempts, done):
-            delivery_id = f"WD{webhook_id[2:10]}{number:024d}"
+            delivery_id = attempt.id
             created = attempt.started_at - timedelta(milliseconds=rand.randrange(1, 500))
             status = "delivered" if attempt.outcome == AttemptOutcome.SUCCESS else "failed"
             deliveries.append(
                 (delivery_id, workspace_id, webhook_id, f"EV{number}", "contact.updated",
                  status, 1, created, attempt.response_status, attempt.response_ms)
             )  # fmt: skip
-            settled.append(Settled(webhook_id, created, status))
+            settled.append(SettledDelivery(webhook_id, created, status))
             logged.append(
                 (f"WA{webhook_id[2:10]}{number:024d}", delivery_id, webhook_id, created, 1,
                  attempt.started_at, attempt.response_status, attempt.response_ms,

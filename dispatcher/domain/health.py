@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from dispatcher.domain.enums import DeliveryStatus
-from dispatcher.domain.outcomes import AttemptOutcome
+from dispatcher.domain.outcomes import AttemptOutcome, AttemptResult
 
 
 class StatsWindow(StrEnum):
@@ -140,26 +140,7 @@ def percentile(histogram: Sequence[int], percent: int) -> int | None:
 # -- tallies: what a batch of recorded attempts adds -----------------------------------------
 
 
-class Attempted(Protocol):
-    """A recorded attempt, as the rollups read it (the store's record rows are ones)."""
-
-    @property
-    def webhook_id(self) -> str: ...
-
-    @property
-    def started_at(self) -> datetime: ...
-
-    @property
-    def outcome(self) -> AttemptOutcome: ...
-
-    @property
-    def response_status(self) -> int | None: ...
-
-    @property
-    def response_ms(self) -> int: ...
-
-
-class Settled(NamedTuple):
+class SettledDelivery(NamedTuple):
     """A delivery an attempt settled, as the rollups count it."""
 
     webhook_id: str
@@ -190,7 +171,7 @@ class Tally:
     def outcomes(self) -> dict[AttemptOutcome, int]:
         return dict(zip(OUTCOMES, self.counts, strict=True))
 
-    def add(self, attempt: Attempted) -> None:
+    def add(self, attempt: AttemptResult) -> None:
         index = _OUTCOME_INDEX[attempt.outcome]
         self.counts[index] += 1
         if attempt.response_status is not None:
@@ -204,7 +185,7 @@ class Tally:
         elif self.last_failure_at is None or started > self.last_failure_at:
             self.last_failure_at = started
 
-    def settle(self, delivery: Settled) -> None:
+    def settle(self, delivery: SettledDelivery) -> None:
         if delivery.status == DeliveryStatus.DELIVERED:
             self.delivered += 1
         elif delivery.status == DeliveryStatus.FAILED:
@@ -255,7 +236,7 @@ def floor_hour(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def rollup(attempts: Iterable[Attempted], settled: Iterable[Settled] = ()) -> Rollup:
+def rollup(attempts: Iterable[AttemptResult], settled: Iterable[SettledDelivery] = ()) -> Rollup:
     """What a batch adds to the rollups: each attempt in the minute it started, each delivery
     it settled in the minute the delivery was created; the minutes summed into their hours.
     (Plain loops: this runs on the engine's event loop for every batch it records.)"""

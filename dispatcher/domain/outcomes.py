@@ -8,11 +8,12 @@ at once when the receiver answered 410 (`gone`), or as `failing` when the clock 
 had no success for `DISPATCHER_DISABLE_AFTER`.
 
 Everything here is pure (time comes in as `now`, randomness as `rand`), so the rules are
-unit-tested as tables, without a database. The engine asks `decide` right after an attempt;
-the store executes the decisions of a batch in its record transaction (`failure_clocks`,
-`endpoints_to_disable`, `failing_too_long`), reading each endpoint's failure clock there,
-after the batch's own change: what the engine saw at claim time may be stale, since other
-engines record attempts to the same endpoints meanwhile.
+unit-tested as tables, without a database. The engine asks `decide` right after an attempt
+and hands the attempt with its decision, an `AttemptResult` (declared here, where the rules
+that read it live), to the store, which executes the decisions of a batch in its record
+transaction (`failure_clocks`, `endpoints_to_disable`, `failing_too_long`), reading each
+endpoint's failure clock there, after the batch's own change: what the engine saw at claim
+time may be stale, since other engines record attempts to the same endpoints meanwhile.
 
 One rule is executed by the store alone, because only the database knows at that moment: a
 `RetryAt` whose webhook was disabled or deleted (`GiveUpReason.DISABLED`), or whose event was
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from operator import attrgetter
-from typing import ClassVar, NamedTuple, Protocol, TypeAlias
+from typing import ClassVar, NamedTuple, TypeAlias
 
 from dispatcher.domain.enums import DeliveryStatus, DisabledReason
 from dispatcher.domain.retry import RetryPolicy, parse_retry_after
@@ -152,17 +153,24 @@ def last_error(decision: Decision, error: str | None) -> str | None:
     return error
 
 
-class Settled(Protocol):
-    """A decided attempt, as the endpoint rules read it (the store's record rows are ones)."""
+class AttemptResult(NamedTuple):
+    """One attempt and what it was decided to mean (`decide`), as it is recorded: the engine
+    makes it right after the attempt, the store writes a batch of them in one transaction
+    (store/queue.py), and the endpoint rules below and the health rollups (domain/health.py)
+    read it."""
 
-    @property
-    def webhook_id(self) -> str: ...
-
-    @property
-    def finished_at(self) -> datetime: ...
-
-    @property
-    def decision(self) -> Decision: ...
+    id: str  # the delivery's
+    webhook_id: str
+    attempts_before: int  # the delivery's attempts when claimed: fences off a late result
+    response_status: int | None
+    response_ms: int
+    last_error: str | None  # as `last_error` words it
+    finished_at: datetime
+    decision: Decision
+    started_at: datetime  # for the attempt log
+    outcome: AttemptOutcome
+    response_body: str | None  # the answer's first bytes (DISPATCHER_RESPONSE_EXCERPT_BYTES)
+    in_lane: bool = False  # the claim's `in_lane`
 
 
 class ClockChange(NamedTuple):
@@ -179,7 +187,7 @@ class ClockChange(NamedTuple):
 _RESET = ClockChange(True, None)
 
 
-def failure_clocks(attempts: Iterable[Settled]) -> dict[str, ClockChange]:
+def failure_clocks(attempts: Iterable[AttemptResult]) -> dict[str, ClockChange]:
     """Per endpoint, what a batch of recorded attempts does to its failure clock, taken in
     the order they finished: a success resets it; failures after the last success start it
     from the first of them."""
@@ -203,7 +211,7 @@ class ToDisable(NamedTuple):
     maybe_failing: list[str]  # a delivery exhausted its schedule: disable if failing too long
 
 
-def endpoints_to_disable(attempts: Iterable[Settled]) -> ToDisable:
+def endpoints_to_disable(attempts: Iterable[AttemptResult]) -> ToDisable:
     """Which endpoints the batch's give-ups may disable (an endpoint gone is not also judged
     as failing: it is disabled already)."""
     gone: set[str] = set()

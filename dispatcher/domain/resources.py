@@ -6,6 +6,10 @@ TypedDicts as it reads models). They live in the domain, not the API, because th
 them into webhook payloads (`message.received`, `call.*`) in the same transaction as the row.
 The API's other resources, and the API's use of these, are in `dispatcher/api/resources.py`.
 
+The rows a message and a call record are built from (`MessageRow`, `CallRow`) are declared
+here too, next to the builders that read them: the domain declares the records its rules
+read, and the store makes them from its statements and hands them out (store/rows.py).
+
 Why TypedDicts rather than `BaseModel`s: a response is a dict built straight from a row and
 handed to orjson, and a list of 100 rows is built per request. A model instance per row, then a
 dump back to a dict, would cost more than the rest of the request's Python together; a TypedDict
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import WithJsonSchema
 from typing_extensions import TypedDict
@@ -87,28 +91,43 @@ class EventEnvelope(TypedDict):
     data: Mapping[str, Any] | None
 
 
-class ExchangeFields(Protocol):
-    """What a message and a call record are both made from: the columns the store's
-    `MessageRow` and `CallRow` share (the domain names the columns it reads; the store
-    declares the rows)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def created_at(self) -> datetime: ...
-    @property
-    def direction(self) -> str: ...
-    @property
-    def from_number(self) -> str: ...
-    @property
-    def to_number(self) -> str: ...
-    @property
-    def number_id(self) -> str: ...
-    @property
-    def conversation_id(self) -> str: ...
+# -- the rows they are made from -----------------------------------------------------------
+#
+# Declared here, beside the builders that read them, and built by the store (store/rows.py
+# re-exports them with its other rows): one attribute per column, in the order of the
+# statements that return them, which the store checks before it makes one by position.
+# NamedTuples for the reason store/rows.py gives: a row is made per record, 100 per page.
 
 
-def _exchange(row: ExchangeFields) -> Exchange:
+class MessageRow(NamedTuple):
+    id: str
+    workspace_id: str
+    number_id: str
+    conversation_id: str
+    direction: str  # Direction
+    from_number: str
+    to_number: str
+    text: str | None  # None once expunged
+    media: list[MessageMedia]
+    status: str  # MessageStatus
+    created_at: datetime
+    expunged: bool
+
+
+class CallRow(NamedTuple):
+    id: str
+    workspace_id: str
+    number_id: str
+    conversation_id: str
+    direction: str  # Direction
+    from_number: str
+    to_number: str
+    status: str  # CallStatus
+    duration_seconds: int | None
+    created_at: datetime
+
+
+def _exchange(row: MessageRow | CallRow) -> Exchange:
     """The fields a message and a call record begin with, in their order."""
     return {
         "id": row.id,
@@ -119,20 +138,7 @@ def _exchange(row: ExchangeFields) -> Exchange:
     }
 
 
-class MessageFields(ExchangeFields, Protocol):
-    """What a message is made from: the store's `MessageRow`."""
-
-    @property
-    def text(self) -> str | None: ...
-    @property
-    def media(self) -> list[MessageMedia]: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def expunged(self) -> bool: ...
-
-
-def message(row: MessageFields) -> Message:
+def message(row: MessageRow) -> Message:
     return {
         **_exchange(row),
         "text": row.text,
@@ -150,16 +156,7 @@ def erase_text(data: Mapping[str, Any]) -> dict[str, Any]:
     return {**data, "text": None, "expunged": True}
 
 
-class CallFields(ExchangeFields, Protocol):
-    """What a call record is made from: the store's `CallRow`."""
-
-    @property
-    def status(self) -> str: ...
-    @property
-    def duration_seconds(self) -> int | None: ...
-
-
-def call(row: CallFields) -> Call:
+def call(row: CallRow) -> Call:
     return {
         **_exchange(row),
         "status": CallStatus(row.status),

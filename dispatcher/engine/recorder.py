@@ -15,6 +15,7 @@ from collections.abc import Callable
 import structlog
 
 from dispatcher import metrics, tracing
+from dispatcher.domain import outcomes
 from dispatcher.domain.clock import Clock
 from dispatcher.errors import DispatcherError
 from dispatcher.store import queue
@@ -42,7 +43,7 @@ class Recorder:
         self.max_batch = max_batch
         self.max_delay = max_delay
         self.on_flushed = on_flushed
-        self._buffer: list[queue.Result] = []
+        self._buffer: list[outcomes.AttemptResult] = []
         self._has_items = asyncio.Event()
         self._full = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -52,7 +53,7 @@ class Recorder:
     def pending(self) -> int:
         return len(self._buffer)
 
-    def add(self, result: queue.Result) -> None:
+    def add(self, result: outcomes.AttemptResult) -> None:
         self._buffer.append(result)
         self._has_items.set()
         if len(self._buffer) >= self.max_batch:

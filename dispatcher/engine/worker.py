@@ -377,7 +377,7 @@ class Engine:
 
     def _result(
         self, claimed: queue.Claimed, outcome: Outcome, started_at: datetime
-    ) -> queue.Result:
+    ) -> outcomes.AttemptResult:
         """The attempt as it is recorded, with what the domain decides it means."""
         now = self.clock.now()
         decision = outcomes.decide(
@@ -389,7 +389,7 @@ class Engine:
             retry_after=outcome.retry_after,
             rand=self.rand,
         )
-        return queue.Result(
+        return outcomes.AttemptResult(
             id=claimed.id,
             webhook_id=claimed.webhook_id,
             attempts_before=claimed.attempts,

@@ -10,7 +10,8 @@ whose leases were handed back can never overwrite a newer one. The history (`del
 written once per attempt, by the recorder, in the same statement.
 
 What a result means (delivered, retried when, given up, the endpoint's failure clock and its
-disabling) is decided in `dispatcher.domain.outcomes`; `record` only executes the decisions.
+disabling) is decided in `dispatcher.domain.outcomes`, which declares the result too
+(`AttemptResult`); `record` only executes the decisions.
 
 Two per-endpoint controls live in the claim too (docs/delivery.md): a rate limit, a token
 bucket per endpoint (`webhook_rates`) that the claim takes from under its row lock; and
@@ -32,11 +33,10 @@ from typing import NamedTuple, TypeAlias
 
 from dispatcher.domain import outcomes
 from dispatcher.domain.enums import DeliveryStatus, DisabledReason
-from dispatcher.domain.health import Settled
+from dispatcher.domain.health import SettledDelivery
 from dispatcher.domain.operational import SettledAttempt, about_attempt
 from dispatcher.domain.outcomes import (
-    AttemptOutcome,
-    Decision,
+    AttemptResult,
     Delivered,
     GivenUp,
     GiveUpReason,
@@ -89,23 +89,6 @@ class Claimed(NamedTuple):
     # The webhook's custom headers, secret ones included (name, value): sent with the attempt.
     custom_headers: tuple[tuple[str, str], ...] = ()
     in_lane: bool = False  # the head of an ordering lane: its settling moves the lane on
-
-
-class Result(NamedTuple):
-    """One attempt and what it was decided to mean (`outcomes.decide`), as it is recorded."""
-
-    id: str  # the delivery's
-    webhook_id: str
-    attempts_before: int  # the delivery's attempts when claimed: fences off a late result
-    response_status: int | None
-    response_ms: int
-    last_error: str | None  # as `outcomes.last_error` words it
-    finished_at: datetime
-    decision: Decision
-    started_at: datetime  # for the attempt log
-    outcome: AttemptOutcome
-    response_body: str | None  # the answer's first bytes (DISPATCHER_RESPONSE_EXCERPT_BYTES)
-    in_lane: bool = False  # the claim's `in_lane`
 
 
 # How far the head walk may read, per row asked, and how many endpoints a short claim visits.
@@ -185,12 +168,17 @@ class Recorded(NamedTuple):
     # Results written whose delivery is now failed, with why: their decision's, or
     # `expunged` / `disabled` for a retry given up because its event was expunged or its
     # webhook stopped while it was in flight.
-    given_up: list[tuple[Result, GiveUpReason]]
+    given_up: list[tuple[AttemptResult, GiveUpReason]]
     disabled: dict[str, DisabledReason]  # webhook id -> why, for those this batch disabled
 
 
 async def record(
-    db: Database, *, owner: str, results: Sequence[Result], now: datetime, disable_after: float
+    db: Database,
+    *,
+    owner: str,
+    results: Sequence[AttemptResult],
+    now: datetime,
+    disable_after: float,
 ) -> Recorded:
     """Execute a batch of decisions in one transaction: the deliveries (one statement), the
     endpoints' health rollups (one statement), then each endpoint's failure clock and the
@@ -211,7 +199,7 @@ async def record(
         applied = [r for r in results if r.id in written]
         # Endpoint health: the attempts written and the deliveries they settled.
         settled = [
-            Settled(r.webhook_id, row["created_at"], row["status"])
+            SettledDelivery(r.webhook_id, row["created_at"], row["status"])
             for r in applied
             if (row := written[r.id])["status"] != DeliveryStatus.PENDING
         ]
@@ -228,7 +216,7 @@ async def record(
     return Recorded(given_up, disabled)
 
 
-def _why_given_up(result: Result, stop: str | None) -> GiveUpReason:
+def _why_given_up(result: AttemptResult, stop: str | None) -> GiveUpReason:
     """Why a written result's delivery is failed: as decided, or (a retry turned into a
     give-up by the record statement) because of what stopped it while the attempt was in flight."""
     if type(result.decision) is GivenUp:
@@ -251,7 +239,7 @@ _RecordColumns: TypeAlias = tuple[
 ]
 
 
-def _record_columns(results: Sequence[Result]) -> _RecordColumns:
+def _record_columns(results: Sequence[AttemptResult]) -> _RecordColumns:
     """The record statement's arrays ($1..$8, $10..$12): each decision as the columns that
     store it, and the attempt as the log keeps it."""
     ids: list[str] = []
@@ -295,7 +283,7 @@ def _record_columns(results: Sequence[Result]) -> _RecordColumns:
 
 async def _tell_workspaces(
     conn: Connection,
-    applied: Sequence[Result],
+    applied: Sequence[AttemptResult],
     written: dict[str, Record],
     given_up: dict[str, GiveUpReason],  # by delivery id
     now: datetime,
@@ -333,7 +321,7 @@ async def _advance_lanes(conn: Connection, settled_heads: Sequence[str], now: da
         await conn.execute(SQL.advance_lanes, list(settled_heads), now)
 
 
-async def _update_failure_clocks(conn: Connection, applied: Sequence[Result]) -> None:
+async def _update_failure_clocks(conn: Connection, applied: Sequence[AttemptResult]) -> None:
     """Apply the failure clocks' changes (`outcomes.failure_clocks`) in one statement."""
     # By webhook id: two engines updating the same endpoints lock their rows in one order.
     changes = sorted(outcomes.failure_clocks(applied).items())
@@ -347,7 +335,7 @@ async def _update_failure_clocks(conn: Connection, applied: Sequence[Result]) ->
 
 
 async def _disable_endpoints(
-    conn: Connection, applied: Sequence[Result], now: datetime, disable_after: timedelta
+    conn: Connection, applied: Sequence[AttemptResult], now: datetime, disable_after: timedelta
 ) -> dict[str, DisabledReason]:
     """Disable the endpoints the batch's give-ups call for: gone ones at once, failing ones
     when their failure clock (as just updated, read under this transaction) says so."""

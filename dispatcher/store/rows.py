@@ -11,6 +11,11 @@ per record, 100 per page, and a frozen dataclass's `__init__` (one `object.__set
 field) costs five times a tuple's: more than reading every column of the record by name, as
 the API did before rows were typed.
 
+Where the domain's rules read a record, the domain declares its type and the store builds it
+like any row here (procrastinate's `jobs.Job`, declared in its core and built by its manager):
+`MessageRow` and `CallRow` live in domain/resources.py, beside the builders of the resources
+events carry, and are re-exported here.
+
 A row is made from its record by position (`as_row`, `as_rows`): the cheapest way, and safe
 because the record's column names are compared with the row's fields first (once per fetch),
 so a statement and its row type that disagree fail loudly at the first call, never by
@@ -23,7 +28,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
-from dispatcher.domain.resources import MessageMedia
+# Declared in the domain, next to the rules that read them; handed out like the rest.
+from dispatcher.domain.resources import CallRow as CallRow
+from dispatcher.domain.resources import MessageRow as MessageRow
 from dispatcher.store.database import Connection, Database, Record, StoreError
 
 # Any row type (each is a NamedTuple: its `_fields` are the columns it is made from).
@@ -139,34 +146,6 @@ class ConversationRow(NamedTuple):
     created_at: datetime
     last_item_at: datetime
     last_item_kind: str | None  # ConversationItemKind
-
-
-class MessageRow(NamedTuple):
-    id: str
-    workspace_id: str
-    number_id: str
-    conversation_id: str
-    direction: str  # Direction
-    from_number: str
-    to_number: str
-    text: str | None  # None once expunged
-    media: list[MessageMedia]
-    status: str  # MessageStatus
-    created_at: datetime
-    expunged: bool
-
-
-class CallRow(NamedTuple):
-    id: str
-    workspace_id: str
-    number_id: str
-    conversation_id: str
-    direction: str  # Direction
-    from_number: str
-    to_number: str
-    status: str  # CallStatus
-    duration_seconds: int | None
-    created_at: datetime
 
 
 def _check(row_type: type[NamedTuple], record: Record) -> None:

@@ -33,8 +33,8 @@ from typing import Any
 
 from dispatcher.domain import health
 from dispatcher.domain.enums import DeliveryStatus
-from dispatcher.domain.health import Cutoffs, EndpointHealth, StatsWindow
-from dispatcher.domain.outcomes import AttemptOutcome
+from dispatcher.domain.health import Cutoffs, EndpointHealth, SettledDelivery, StatsWindow
+from dispatcher.domain.outcomes import AttemptOutcome, AttemptResult
 from dispatcher.store import queries
 from dispatcher.store.database import Connection, Database
 from dispatcher.store.queries import Queries
@@ -59,8 +59,8 @@ OUTCOMES = health.OUTCOMES
 
 async def record_batch(
     conn: Connection,
-    attempts: Iterable[health.Attempted],
-    settled: Iterable[health.Settled],
+    attempts: Iterable[AttemptResult],
+    settled: Iterable[SettledDelivery],
     engine: str,
 ) -> None:
     """Add a batch of recorded attempts, and the deliveries they settled, to `engine`'s rows
@@ -71,7 +71,7 @@ async def record_batch(
 
 
 def rollup_arguments(
-    attempts: Iterable[health.Attempted], settled: Iterable[health.Settled] = ()
+    attempts: Iterable[AttemptResult], settled: Iterable[SettledDelivery] = ()
 ) -> tuple[list[Any], ...] | None:
     """The arrays of `SQL.record_batch` ($1..$13) for a batch (None: nothing to add): its minute
     tallies, then its hour tallies, each in key order."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
 
 import pytest
 
@@ -16,7 +15,7 @@ from dispatcher.domain.health import (
     LOWER_BOUNDS,
     Cutoffs,
     EndpointHealth,
-    Settled,
+    SettledDelivery,
     StatsWindow,
     WindowRows,
     add_histograms,
@@ -28,16 +27,9 @@ from dispatcher.domain.health import (
     window_rows,
 )
 from dispatcher.domain.outcomes import AttemptOutcome
+from tests.records import attempt_result
 
 T = datetime(2026, 3, 10, 14, 37, 21, 500_000, tzinfo=UTC)
-
-
-class Attempt(NamedTuple):
-    webhook_id: str
-    started_at: datetime
-    outcome: AttemptOutcome
-    response_status: int | None
-    response_ms: int
 
 
 def test_the_bucket_layout_is_fixed() -> None:
@@ -101,11 +93,11 @@ def test_a_batch_is_tallied_per_endpoint_minute_and_hour() -> None:
     early = T.replace(minute=59, second=59)
     late = early + timedelta(seconds=2)  # the next minute, and the next hour
     attempts = [
-        Attempt("WH2", T, AttemptOutcome.SUCCESS, 200, 12),
-        Attempt("WH1", early, AttemptOutcome.TIMEOUT, None, 15000),
-        Attempt("WH1", early, AttemptOutcome.HTTP_ERROR, 500, 40),
-        Attempt("WH1", late, AttemptOutcome.SUCCESS, 204, 3),
-        Attempt("WH1", early - timedelta(seconds=9), AttemptOutcome.SUCCESS, 200, 4),
+        attempt_result("WH2", T, AttemptOutcome.SUCCESS, 200, 12),
+        attempt_result("WH1", early, AttemptOutcome.TIMEOUT, None, 15000),
+        attempt_result("WH1", early, AttemptOutcome.HTTP_ERROR, 500, 40),
+        attempt_result("WH1", late, AttemptOutcome.SUCCESS, 204, 3),
+        attempt_result("WH1", early - timedelta(seconds=9), AttemptOutcome.SUCCESS, 200, 4),
     ]
     minutes, hours = rollup(attempts)
     assert [key for key, _ in minutes] == [
@@ -136,11 +128,11 @@ def test_a_batch_is_tallied_per_endpoint_minute_and_hour() -> None:
 
 def test_settled_deliveries_count_in_the_minute_they_were_created() -> None:
     created = T - timedelta(hours=2)
-    attempts = [Attempt("WH1", T, AttemptOutcome.SUCCESS, 200, 3)]
+    attempts = [attempt_result("WH1", T, AttemptOutcome.SUCCESS, 200, 3)]
     settled = [
-        Settled("WH1", created, DeliveryStatus.DELIVERED),
-        Settled("WH1", created, DeliveryStatus.FAILED),
-        Settled("WH1", T, DeliveryStatus.DELIVERED),
+        SettledDelivery("WH1", created, DeliveryStatus.DELIVERED),
+        SettledDelivery("WH1", created, DeliveryStatus.FAILED),
+        SettledDelivery("WH1", T, DeliveryStatus.DELIVERED),
     ]
     minutes, hours = rollup(attempts, settled)
     counts = {key[1]: (t.delivered, t.failed, sum(t.counts)) for key, t in minutes}
@@ -155,7 +147,7 @@ def test_settled_deliveries_count_in_the_minute_they_were_created() -> None:
 
 
 def test_a_minute_without_answers_has_no_histogram() -> None:
-    ((_, tally),), _ = rollup([Attempt("WH1", T, AttemptOutcome.CONNECTION_ERROR, None, 3)])
+    ((_, tally),), _ = rollup([attempt_result("WH1", T, AttemptOutcome.CONNECTION_ERROR, None, 3)])
     assert tally.histogram is None
     assert (tally.last_success_at, tally.last_failure_at) == (None, T)
 

@@ -5,7 +5,6 @@ network, no event loop (procrastinate's tests/unit/test_retry.py is the model)."
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
 
 import pytest
 
@@ -13,6 +12,7 @@ from dispatcher.domain.enums import DeliveryStatus, DisabledReason
 from dispatcher.domain.outcomes import (
     GONE_ERROR,
     AttemptOutcome,
+    AttemptResult,
     ClockChange,
     ClockEffect,
     Decision,
@@ -29,6 +29,7 @@ from dispatcher.domain.outcomes import (
 )
 from dispatcher.domain.retry import RetryPolicy
 from dispatcher.settings import DEFAULT_RETRY_SCHEDULE
+from tests.records import attempt_result
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 # Three attempts in all: 10 s after the first, 20 s after the second, then given up.
@@ -164,26 +165,22 @@ def test_the_gone_error_says_the_endpoint_was_disabled() -> None:
     assert last_error(GONE, "HTTP 410") == "HTTP 410 (gone: webhook disabled)"
 
 
-class Attempt(NamedTuple):
-    webhook_id: str
-    finished_at: datetime
-    decision: Decision
-
-
 def at(seconds: float) -> datetime:
     return NOW + timedelta(seconds=seconds)
 
 
-def ok(webhook_id: str, seconds: float) -> Attempt:
-    return Attempt(webhook_id, at(seconds), Delivered(at(seconds)))
+def ok(webhook_id: str, seconds: float) -> AttemptResult:
+    """A success that finished `seconds` after NOW."""
+    return attempt_result(webhook_id, at(seconds))
 
 
-def failed(webhook_id: str, seconds: float, decision: Decision = EXHAUSTED) -> Attempt:
-    return Attempt(webhook_id, at(seconds), decision)
+def failed(webhook_id: str, seconds: float, decision: Decision = EXHAUSTED) -> AttemptResult:
+    """A failure that finished `seconds` after NOW, decided as `decision`."""
+    return attempt_result(webhook_id, at(seconds), HTTP_ERROR, 500, decision=decision)
 
 
 # a batch of recorded attempts -> each endpoint's failure clock change
-CLOCKS: list[tuple[str, list[Attempt], dict[str, ClockChange]]] = [
+CLOCKS: list[tuple[str, list[AttemptResult], dict[str, ClockChange]]] = [
     ("nothing recorded", [], {}),
     ("a failure starts it", [failed("A", 1)], {"A": ClockChange(False, at(1))}),
     (
@@ -213,12 +210,12 @@ CLOCKS: list[tuple[str, list[Attempt], dict[str, ClockChange]]] = [
 @pytest.mark.parametrize(
     ("attempts", "expected"), [(a, e) for _, a, e in CLOCKS], ids=[name for name, _, _ in CLOCKS]
 )
-def test_failure_clocks(attempts: list[Attempt], expected: dict[str, ClockChange]) -> None:
+def test_failure_clocks(attempts: list[AttemptResult], expected: dict[str, ClockChange]) -> None:
     assert failure_clocks(attempts) == expected
 
 
 # a batch of recorded attempts -> endpoints to disable (gone now; failing if the clock says)
-DISABLES: list[tuple[str, list[Attempt], ToDisable]] = [
+DISABLES: list[tuple[str, list[AttemptResult], ToDisable]] = [
     ("nothing given up", [ok("A", 1), failed("B", 2, later(10))], ToDisable([], [])),
     ("gone", [failed("B", 1, GONE), failed("A", 2, GONE)], ToDisable(["A", "B"], [])),
     ("exhausted", [failed("B", 1), failed("A", 2), failed("B", 3)], ToDisable([], ["A", "B"])),
@@ -236,7 +233,7 @@ DISABLES: list[tuple[str, list[Attempt], ToDisable]] = [
     [(a, e) for _, a, e in DISABLES],
     ids=[name for name, _, _ in DISABLES],
 )
-def test_endpoints_to_disable(attempts: list[Attempt], expected: ToDisable) -> None:
+def test_endpoints_to_disable(attempts: list[AttemptResult], expected: ToDisable) -> None:
     assert endpoints_to_disable(attempts) == expected
 
 

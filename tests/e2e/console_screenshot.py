@@ -23,32 +23,23 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import aiohttp
 import asyncpg
 from aiohttp import web
 from selenium.webdriver.common.by import By
 
-from dispatcher.domain.outcomes import AttemptOutcome
+from dispatcher.domain.outcomes import AttemptOutcome, AttemptResult
 from dispatcher.store import stats
 from dispatcher.store.database import Database
 from dispatcher.store.embedded import start_embedded, stop_embedded
 from tests.browser import DESKTOP, Browser, start_chromium
 from tests.conftest import wait_for, with_database
 from tests.e2e.test_process import free_port, read_until, start, stop
+from tests.records import attempt_result
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "console.png"
-
-
-class SampleAttempt(NamedTuple):
-    """An attempt as the rollups count it (store/stats.py)."""
-
-    webhook_id: str
-    started_at: datetime
-    outcome: AttemptOutcome
-    response_status: int | None
-    response_ms: int
 
 
 @asynccontextmanager
@@ -144,12 +135,12 @@ async def fill_the_last_hour(database_url: str, hooks: list[dict[str, Any]]) -> 
     rand = random.Random(16)
     now = datetime.now(UTC)
     crm, billing = hooks[0]["id"], hooks[1]["id"]
-    attempts: list[SampleAttempt] = []
+    attempts: list[AttemptResult] = []
     for back in range(2, 60):
         minute = now - timedelta(minutes=back)
         for _ in range(rand.randint(6, 12)):
-            attempts.append(SampleAttempt(crm, minute, AttemptOutcome.SUCCESS, 200,
-                                          rand.randint(20, 90)))  # fmt: skip
+            attempts.append(attempt_result(crm, minute, AttemptOutcome.SUCCESS, 200,
+                                           rand.randint(20, 90)))  # fmt: skip
         outage = back < 22
         for _ in range(rand.randint(3, 7)):
             if outage:
@@ -157,7 +148,7 @@ async def fill_the_last_hour(database_url: str, hooks: list[dict[str, Any]]) -> 
                 status = 503 if outcome == AttemptOutcome.HTTP_ERROR else None
             else:
                 outcome, status = AttemptOutcome.SUCCESS, 200
-            attempts.append(SampleAttempt(billing, minute, outcome, status, rand.randint(40, 300)))
+            attempts.append(attempt_result(billing, minute, outcome, status, rand.randint(40, 300)))
     db = await Database.open(database_url, min_size=1, max_size=1)
     try:
         async with db.transaction() as conn:

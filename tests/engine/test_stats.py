@@ -6,19 +6,20 @@ from __future__ import annotations
 import asyncio
 import random
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from aiohttp.test_utils import TestClient
 
 from dispatcher.domain import health
 from dispatcher.domain.clock import FakeClock, isoformat
 from dispatcher.domain.health import StatsWindow
-from dispatcher.domain.outcomes import AttemptOutcome, Delivered
+from dispatcher.domain.outcomes import AttemptOutcome, AttemptResult, Delivered
 from dispatcher.store import maintenance, queue, stats
 from dispatcher.store.database import Database
 from tests.conftest import MakeWorkspace, Workspace, wait_for
 from tests.engine.helpers import attempted, deliveries, get_json, publish, subscribe
 from tests.receiver import EngineFactory, Receiver, answer, sequence
+from tests.records import attempt_result
 
 NO_ATTEMPTS = {o.value: 0 for o in AttemptOutcome}
 NO_TIMES = {"p50": None, "p95": None, "p99": None}
@@ -283,22 +284,12 @@ async def test_bad_input_and_who_may_read(
 # -- the rollups, through the store ---------------------------------------------------------
 
 
-class Attempt(NamedTuple):
-    """An attempt as the rollups read it (what the recorder hands them)."""
-
-    webhook_id: str
-    started_at: datetime
-    outcome: AttemptOutcome
-    response_status: int | None
-    response_ms: int
-
-
-def answered(webhook_id: str, started_at: datetime, ms: int, ok: bool = True) -> Attempt:
+def answered(webhook_id: str, started_at: datetime, ms: int, ok: bool = True) -> AttemptResult:
     outcome = AttemptOutcome.SUCCESS if ok else AttemptOutcome.HTTP_ERROR
-    return Attempt(webhook_id, started_at, outcome, 200 if ok else 500, ms)
+    return attempt_result(webhook_id, started_at, outcome, 200 if ok else 500, ms)
 
 
-async def roll_up(db: Database, attempts: list[Attempt]) -> None:
+async def roll_up(db: Database, attempts: list[AttemptResult]) -> None:
     async with db.transaction() as conn:
         await stats.record_batch(conn, attempts, [], "engine-a")
 
@@ -307,8 +298,10 @@ async def test_every_window_counts_whole_minutes_over_minute_and_hour_rows(db: D
     now = datetime(2026, 3, 10, 14, 37, 21, tzinfo=UTC)
     rand = random.Random(7)
     spread = [now - timedelta(seconds=rand.uniform(0, 8 * 86400)) for _ in range(3000)]
-    attempts = [Attempt("WH1", at, rand.choice(list(AttemptOutcome)), None, 0) for at in spread]
-    attempts.append(Attempt("WH2", now, AttemptOutcome.SUCCESS, 200, 5))  # another endpoint
+    attempts = [
+        attempt_result("WH1", at, rand.choice(list(AttemptOutcome)), None, 0) for at in spread
+    ]
+    attempts.append(attempt_result("WH2", now, AttemptOutcome.SUCCESS, 200, 5))  # another endpoint
     for start in range(0, len(attempts), 500):
         await roll_up(db, attempts[start : start + 500])
     for window in StatsWindow:
@@ -346,7 +339,7 @@ async def test_a_late_result_is_not_counted(
     (claimed,) = await queue.claim(db, owner="engine-a", now=now, limit=10, default_concurrency=10)
     # Its engine was taken for dead: the lease went back before the result came.
     await queue.leave(db, owner="engine-a", now=now)
-    late = queue.Result(
+    late = AttemptResult(
         id=claimed.id,
         webhook_id=claimed.webhook_id,
         attempts_before=claimed.attempts,

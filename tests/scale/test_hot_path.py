@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from dispatcher.domain.outcomes import AttemptOutcome, Delivered
+from dispatcher.domain.outcomes import AttemptOutcome, AttemptResult, Delivered
 from dispatcher.store import queue
 from dispatcher.store.database import Database
 from tests.conftest import Workspace
@@ -158,7 +158,7 @@ async def test_a_lane_waiting_behind_its_head_is_out_of_the_walk(
 
     plan, taken = await explain_claim(db)
     assert (taken, walked(plan)) == (0, 0)
-    result = queue.Result(
+    result = AttemptResult(
         id=head.id, webhook_id=head.webhook_id, attempts_before=0, response_status=200,
         response_ms=1, last_error=None, finished_at=now, decision=Delivered(now), started_at=now,
         outcome=AttemptOutcome.SUCCESS, response_body=None, in_lane=True,
