@@ -53,6 +53,11 @@ class Recorder:
     def pending(self) -> int:
         return len(self._buffer)
 
+    def holding(self) -> list[str]:
+        """The deliveries whose results are still to be written (a batch being written
+        included: it leaves the buffer only once committed); their leases are still held."""
+        return [result.id for result in self._buffer]
+
     def add(self, result: outcomes.AttemptResult) -> None:
         self._buffer.append(result)
         self._has_items.set()

@@ -35,6 +35,11 @@ from dispatcher.store.notifications import DELIVERIES_CHANNEL, Listener
 
 log = structlog.get_logger("dispatcher.engine")
 
+# How often the claim loop hands back leases this engine holds without knowing it (a claim that
+# committed but whose answer a cut connection lost): at once after a failed claim, and at this
+# interval anyway, since a statement can fail in ways the client cannot tell from success.
+RECONCILE_SECONDS = 30.0
+
 # After a wake-up caused by finished attempts, wait this long so that one claim picks up
 # the slots of many finished attempts instead of one claim per attempt.
 COALESCE_SECONDS = 0.002
@@ -92,6 +97,9 @@ class Engine:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._db_healthy = True
+        self.reconcile_every = RECONCILE_SECONDS
+        self._reconcile_at = 0.0  # loop time; 0: at the first claim, and after a failed one
+        self.reconciliations = 0  # how many ran (for tests and debugging)
         self.running = False
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -194,8 +202,10 @@ class Engine:
         while not self._stopping:
             self._wake.clear()
             try:
+                await self._reconcile()
                 claimed, asked = await self.claim_once()
             except Exception as exc:  # the loop must outlive any single failure
+                self._reconcile_at = 0.0  # the claim may have committed: see RECONCILE_SECONDS
                 if self._db_healthy:
                     if isinstance(exc, DispatcherError):
                         log.warning("engine.database_unavailable", error=str(exc))
@@ -215,6 +225,22 @@ class Engine:
             await self._idle_wait()
             if not self._stopping:
                 await asyncio.sleep(COALESCE_SECONDS)
+
+    async def _reconcile(self) -> None:
+        """When due, hand back the leases this engine holds but is neither attempting nor
+        recording: without it, rows leased by a claim whose answer was lost stay leased (and
+        hold their endpoint's slots) for as long as this engine beats."""
+        now = asyncio.get_running_loop().time()
+        if now < self._reconcile_at:
+            return
+        held = {*self._in_flight, *self.recorder.holding()}
+        released = await queue.release_unheld(
+            self.db, owner=self.owner, held=held, now=self.clock.now()
+        )
+        self._reconcile_at = now + self.reconcile_every
+        self.reconciliations += 1
+        if released:
+            log.warning("engine.leases_reclaimed", count=released)
 
     async def _idle_wait(self) -> None:
         """Until woken (NOTIFY, freed capacity), or the probe finds due work, or the poll

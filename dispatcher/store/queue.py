@@ -27,7 +27,7 @@ the walk word for word (tests/store/test_queries.py keeps them so).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple, TypeAlias
 
@@ -61,6 +61,7 @@ class SQL(Queries, file="queue.sql"):
     take_over: str
     forget_engine: str
     release_held: str
+    release_unheld: str
     due_summary: str
     any_due: str
 
@@ -363,6 +364,15 @@ async def release(db: Database, *, owner: str, delivery_ids: Sequence[str], now:
         return 0
     async with db.acquire() as conn:
         result: str = await conn.execute(SQL.release, list(delivery_ids), owner, now)
+    return int(result.split()[-1])
+
+
+async def release_unheld(db: Database, *, owner: str, held: Collection[str], now: datetime) -> int:
+    """Hand back this engine's leases of deliveries it does not hold (is not attempting, has
+    no result of to write): leases from a claim whose answer was lost. Due at once. Call it
+    between claims, never during one (its rows would be handed back as they are taken)."""
+    async with db.acquire() as conn:
+        result: str = await conn.execute(SQL.release_unheld, owner, list(held), now)
     return int(result.split()[-1])
 
 

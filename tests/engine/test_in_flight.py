@@ -11,6 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.store import queue
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import deliveries, publish, subscribe
@@ -185,3 +186,65 @@ async def test_a_lease_that_ran_out_on_a_disabled_webhook_is_given_up_not_sent(
     assert orphan["lastError"] == "webhook disabled"
     assert orphan["nextAttemptAt"] is None
     assert receiver.requests == []
+
+
+async def test_leases_of_a_claim_whose_answer_was_lost_are_handed_back(
+    client: TestClient[Any, Any],
+    db: Database,
+    ws: Workspace,
+    receiver: Receiver,
+    make_engine: EngineFactory,
+    clock: FakeClock,
+) -> None:
+    """A claim that commits while its connection is cut leases rows to an engine that never
+    hears of them: it beats on, so no other engine takes them back. It hands them back
+    itself (after a failed claim, and at an interval): each is then sent, once, and the
+    endpoint's slots are free again."""
+    hook = await subscribe(client, ws, receiver.url(), maxConcurrency=2)
+    for name in ("lost-1", "lost-2", "after"):
+        await publish(client, ws, name)
+    engine = await make_engine(start=False)
+    # The lost claim: committed under the engine's name, its answer dropped.
+    lost = await queue.claim(
+        db, owner=engine.owner, now=clock.now(), limit=10, default_concurrency=10
+    )
+    assert len(lost) == 2  # the endpoint's every slot
+    engine.reconcile_every = 0.05
+    await engine.start()
+    rows = {name: await settled(client, ws, hook["id"], name) for name in ("lost-1", "lost-2")}
+    rows["after"] = await settled(client, ws, hook["id"], "after")
+    assert {name: row["status"] for name, row in rows.items()} == dict.fromkeys(
+        ("lost-1", "lost-2", "after"), "delivered"
+    )
+    assert sorted(r.headers["webhook-id"] for r in receiver.requests) == sorted(
+        row["id"] for row in rows.values()
+    )
+
+
+async def test_reconciling_leaves_the_leases_of_attempts_in_flight_alone(
+    client: TestClient[Any, Any],
+    db: Database,
+    ws: Workspace,
+    receiver: Receiver,
+    make_engine: EngineFactory,
+) -> None:
+    """Handing back what the engine does not hold never takes an attempt from under it: a
+    hanging request keeps its lease through many reconciliations, and is sent once."""
+    receiver.behaviours["/hook"] = receiver.hang
+    hook = await subscribe(client, ws, receiver.url())
+    await publish(client, ws, "hanging")
+    engine = await make_engine(start=False)
+    engine.reconcile_every = 0.01
+    await engine.start()
+    await in_flight(receiver)
+    for _ in range(5):  # reconciliations meanwhile: each claim loop turn after 10 ms
+        engine.poke()
+        await wait_for(lambda: engine.reconciliations > 0, message="a reconciliation")
+        engine.reconciliations = 0
+    async with db.acquire() as conn:
+        owner = await conn.fetchval("SELECT lease_owner FROM delivery_queue")
+    assert owner == engine.owner
+    receiver.release.set()
+    rows = await settled(client, ws, hook["id"], "hanging")
+    assert rows["status"] == "delivered"
+    assert len(receiver.requests) == 1

@@ -414,6 +414,14 @@ SELECT dispatcher_advance_lanes($1::text[], $2)
 UPDATE delivery_queue SET lease_owner = NULL, due_at = $3
 WHERE delivery_id = ANY($1::text[]) AND lease_owner = $2
 
+-- name: release_unheld
+-- Hand back engine $1's leases of every delivery but $2 (those it is attempting, or whose
+-- results it still has to write): leases it holds without knowing, from a claim that committed
+-- but whose answer never came back (a connection cut). Due at $3. Returns (as its status) how
+-- many. Through the partial index of leased rows.
+UPDATE delivery_queue SET lease_owner = NULL, due_at = $3
+WHERE lease_owner = $1 AND delivery_id <> ALL($2::text[])
+
 -- name: beat
 -- Say engine $1 is alive, now (database time); returns whether it was not known as alive
 -- before this beat (a new row rather than an update).
