@@ -40,17 +40,11 @@ from dispatcher.api.context import SCOPES, Services
 from dispatcher.domain import health
 from dispatcher.domain.clock import SystemClock
 from dispatcher.domain.health import SettledDelivery
-from dispatcher.domain.outcomes import (
-    AttemptOutcome,
-    AttemptResult,
-    Delivered,
-    GivenUp,
-    GiveUpReason,
-    last_error,
-)
+from dispatcher.domain.outcomes import AttemptOutcome, AttemptResult
 from dispatcher.settings import Settings
 from dispatcher.store import schema, stats, workspaces
 from dispatcher.store.database import Database
+from tests.records import attempt_result
 
 OUTCOMES = [
     (AttemptOutcome.SUCCESS, 0.90),
@@ -77,21 +71,7 @@ def draw(rand: random.Random, webhook_id: str, now: datetime, delivery_id: str) 
         status, ms = 500, int(rand.lognormvariate(3.0, 1.0))
     else:
         status, ms = None, rand.randrange(1, 15000)
-    success = outcome == AttemptOutcome.SUCCESS
-    decision = Delivered(started) if success else GivenUp(GiveUpReason.EXHAUSTED)
-    return AttemptResult(
-        id=delivery_id,
-        webhook_id=webhook_id,
-        attempts_before=0,
-        response_status=status,
-        response_ms=ms,
-        last_error=last_error(decision, outcome.value),
-        finished_at=started,
-        decision=decision,
-        started_at=started,
-        outcome=outcome,
-        response_body=None,
-    )
+    return attempt_result(webhook_id, started, outcome, status, ms, delivery_id=delivery_id)
 
 
 def with_database(url: str, name: str) -> str:
