@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import structlog
@@ -48,6 +49,8 @@ class Recorder:
         self._full = asyncio.Event()
         self._lock = asyncio.Lock()
         self._healthy = True
+        self._writing = 0  # how many of the buffer's first results a flush is writing now
+        self._uncertain = 0  # how many of them a failed flush may have written all the same
 
     @property
     def pending(self) -> int:
@@ -57,6 +60,15 @@ class Recorder:
         """The deliveries whose results are still to be written (a batch being written
         included: it leaves the buffer only once committed); their leases are still held."""
         return [result.id for result in self._buffer]
+
+    def finishing(self) -> Counter[str]:
+        """Per endpoint, the attempts whose results wait to be written: their requests are over,
+        so the claim counts their slots as free (queue.claim). A batch being written is left
+        out: its record may commit before the claim's snapshot, and then its rows are no
+        longer leased; counted as busy, they are at worst freed one claim later. So is a batch
+        whose flush failed (it may have committed, its answer lost)."""
+        settled_maybe = max(self._writing, self._uncertain)
+        return Counter(result.webhook_id for result in self._buffer[settled_maybe:])
 
     def add(self, result: outcomes.AttemptResult) -> None:
         self._buffer.append(result)
@@ -86,6 +98,7 @@ class Recorder:
                 return True
             started = time.perf_counter()
             span = tracing.record_started(len(batch)) if tracing.ENABLED else None
+            self._writing = len(batch)
             try:
                 recorded = await queue.record(
                     self.db,
@@ -95,6 +108,10 @@ class Recorder:
                     disable_after=self.disable_after,
                 )
             except Exception as exc:  # keep the results; try again after a backoff
+                # The record may have committed with its answer lost: until a flush succeeds,
+                # these rows may be unleased already, so their slots are not counted as free.
+                self._writing = 0
+                self._uncertain = len(batch)
                 if span is not None:
                     tracing.record_ended(span, exc)
                 if self._healthy:
@@ -114,6 +131,7 @@ class Recorder:
             metrics.RECORD_DURATION.observe(time.perf_counter() - started)
             metrics.RECORD_BATCH.observe(len(batch))
             del self._buffer[: len(batch)]
+            self._writing = self._uncertain = 0
             if not self._buffer:
                 self._has_items.clear()
             self._full.clear()

@@ -43,10 +43,6 @@ RECONCILE_SECONDS = 30.0
 # After a wake-up caused by finished attempts, wait this long so that one claim picks up
 # the slots of many finished attempts instead of one claim per attempt.
 COALESCE_SECONDS = 0.002
-# A claim that walked this long and found nothing switches the engine to bounded claims
-# (a window of the due index, then visits to endpoints behind it) for a while.
-LONG_WALK_SECONDS = 0.02
-BOUNDED_FOR_SECONDS = 1.0
 # How often an idle engine asks whether anything is due (one index probe): the bound on the
 # delay of work no NOTIFY announces (the SQL outbox function, retries coming due).
 IDLE_PROBE_SECONDS = 0.005
@@ -89,7 +85,7 @@ class Engine:
         )
         self.listener = Listener(db.url, DELIVERIES_CHANNEL, self.poke) if listen else None
         self._tally = metrics.AttemptTally(settings.metrics_per_webhook)
-        self._bounded_until = 0.0
+        self._ring = queue.RING_START  # where this engine's round robin over endpoints stands
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._per_webhook: Counter[str] = Counter()
         self._limits: dict[str, int] = {}
@@ -300,20 +296,23 @@ class Engine:
         if asked <= 0:
             return 0, 0
         started = time.perf_counter()
-        bounded = started < self._bounded_until
-        rows = await queue.claim(
-            self.db,
-            owner=self.owner,
-            now=self.clock.now(),
-            limit=asked,
-            default_concurrency=self.settings.max_concurrency_per_webhook,
-            bounded=bounded,
-        )
+        rows: list[queue.Claimed] = []
+        for _ in range(2):  # a turn of the ring that ends short goes on from its start
+            from_start = self._ring == queue.RING_START
+            claim = await queue.claim(
+                self.db,
+                owner=self.owner,
+                now=self.clock.now(),
+                limit=asked - len(rows),
+                default_concurrency=self.settings.max_concurrency_per_webhook,
+                ring=self._ring,
+                finishing=self.recorder.finishing(),
+            )
+            rows += claim.rows
+            self._ring = claim.ring
+            if from_start or not claim.wrapped or len(rows) >= asked:
+                break
         took = time.perf_counter() - started
-        if not bounded and not rows and took > LONG_WALK_SECONDS:
-            # Nothing found after a long walk: the head of the backlog belongs to saturated
-            # endpoints. For a while, walk a bounded window and visit endpoints behind it.
-            self._bounded_until = started + BOUNDED_FOR_SECONDS
         metrics.CLAIM_DURATION.observe(took)
         metrics.CLAIM_BATCH.observe(len(rows))
         metrics.ENGINE_LAST_CLAIM.set(time.time())

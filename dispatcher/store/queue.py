@@ -19,15 +19,14 @@ ordered delivery, where only the head of each ordering lane (`delivery_lanes`) i
 other members of the lane are parked out of the due walk, and the record that settles a head
 moves its lane on. Both read nothing for endpoints that have neither.
 
-The statements are in queries/queue.sql, each commented step by step; the claim is written out
-there in its three variants (head walk, window, endpoint visits), which share every step but
-the walk word for word (tests/store/test_queries.py keeps them so).
+The claim visits the endpoints that have due work in turn (a round robin over their ids, from a
+cursor each engine keeps), so that no endpoint's backlog, however deep, stands in front of
+another's work. The statements are in queries/queue.sql, each commented step by step.
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple, TypeAlias
 
@@ -50,8 +49,6 @@ from dispatcher.store.queries import Queries
 class SQL(Queries, file="queue.sql"):
     index_walks_only: str
     claim: str
-    claim_window: str
-    claim_endpoints: str
     record: str
     update_failure_clocks: str
     read_failure_clocks: str
@@ -66,10 +63,9 @@ class SQL(Queries, file="queue.sql"):
     any_due: str
 
 
-# tests/scale/test_hot_path.py EXPLAINs the claims under these names.
+# tests/scale/test_hot_path.py EXPLAINs the claim under these names.
 INDEX_WALKS_ONLY = SQL.index_walks_only
 CLAIM = SQL.claim
-CLAIM_WINDOW = SQL.claim_window
 
 
 class Claimed(NamedTuple):
@@ -92,9 +88,27 @@ class Claimed(NamedTuple):
     in_lane: bool = False  # the head of an ordering lane: its settling moves the lane on
 
 
-# How far the head walk may read, per row asked, and how many endpoints a short claim visits.
-HEAD_WINDOW_PER_ROW = 4
-ENDPOINTS_PER_VISIT = 16
+# How many endpoints with due work a claim visits at least (more when it asks for more rows):
+# a turn of the ring over E such endpoints takes about E / RING_VISITS claims.
+RING_VISITS = 64
+
+
+class Ring(NamedTuple):
+    """Where an engine's round robin over the endpoints with due work stands: its next claim
+    visits endpoints from `cursor` on (ids in order; "" is the start)."""
+
+    cursor: str = ""
+
+
+RING_START = Ring()
+
+
+class Claim(NamedTuple):
+    """What a claim leased, and where the engine's ring goes next."""
+
+    rows: list[Claimed]
+    ring: Ring
+    wrapped: bool  # the ring reached the last endpoint with due work: the next turn begins
 
 
 async def claim(
@@ -104,63 +118,64 @@ async def claim(
     now: datetime,
     limit: int,
     default_concurrency: int,
-    bounded: bool = False,
-) -> list[Claimed]:
-    """Lease up to `limit` due deliveries, at most each endpoint's free slots (counted across
-    every engine), due order first.
+    ring: Ring = RING_START,
+    finishing: Mapping[str, int] | None = None,
+) -> Claim:
+    """Lease up to `limit` due deliveries, visiting the endpoints with due work in turn from
+    `ring` (docs/delivery.md, "The order of claims"): each endpoint at most its free slots
+    (counted across every engine), oldest first.
 
-    `bounded` is for when much of the backlog's head belongs to saturated endpoints (the
-    engine decides, from a claim that found nothing after a long walk): the walk stops at
-    a window, and a claim that comes back short then visits a few endpoints from a random
-    point, so that every endpoint with due work gets its turn.
+    `finishing`: per endpoint, how many of this engine's attempts are over but not yet
+    recorded (still leased, since the record needs the lease): their slots count as free, so
+    that a slot is busy only while its request is, not until the batched record commits.
     """
+    done = finishing or {}
+    visits = max(limit, RING_VISITS)
     async with db.transaction() as conn:
         await conn.execute(SQL.index_walks_only)
-        if bounded:
-            window = max(limit * HEAD_WINDOW_PER_ROW, 1000)
-            rows = list(
-                await conn.fetch(SQL.claim_window, now, owner, limit, default_concurrency, window)
-            )
-        else:
-            rows = list(await conn.fetch(SQL.claim, now, owner, limit, default_concurrency))
-    if bounded and len(rows) < limit:
-        start = "WH" + secrets.token_hex(16)
-        async with db.transaction() as conn:
-            await conn.execute(SQL.index_walks_only)
-            rows += await conn.fetch(
-                SQL.claim_endpoints,
-                now,
-                owner,
-                limit - len(rows),
-                default_concurrency,
-                ENDPOINTS_PER_VISIT,
-                start,
-            )
-    claimed = []
-    for row in rows:
-        secrets_ = [row["secret"]]
-        expires = row["previous_secret_expires_at"]
-        if row["previous_secret"] and expires is not None and expires > now:
-            secrets_.append(row["previous_secret"])
-        claimed.append(
-            Claimed(
-                id=row["delivery_id"],
-                webhook_id=row["webhook_id"],
-                attempts=row["attempts"],
-                is_test=row["is_test"],
-                due_at=row["due_at"],
-                payload=row["payload"].encode(),
-                event_created_at=row["event_created_at"],
-                url=row["url"],
-                secrets=tuple(secrets_),
-                max_concurrency=row["max_concurrency"],
-                event_id=row["event_id"],
-                trace_context=row["trace_context"],
-                custom_headers=tuple(row["custom_headers"].items()),
-                in_lane=row["in_lane"],
-            )
+        rows = await conn.fetch(
+            SQL.claim,
+            now,
+            owner,
+            limit,
+            default_concurrency,
+            list(done),
+            list(done.values()),
+            ring.cursor,
+            visits,
         )
-    return claimed
+    claimed = [_claimed(row, now) for row in rows if row["delivery_id"] is not None]
+    visited: int = rows[0]["visited"]
+    if visited < visits:
+        # Fewer endpoints with due work from the cursor on than a claim visits: the turn ends.
+        return Claim(claimed, RING_START, True)
+    if len(claimed) >= limit:
+        # Full before the ring's end: the last endpoint served may have more (revisited first).
+        return Claim(claimed, Ring(max(c.webhook_id for c in claimed)), False)
+    return Claim(claimed, Ring(rows[0]["ring_end"]), False)
+
+
+def _claimed(row: Record, now: datetime) -> Claimed:
+    secrets_ = [row["secret"]]
+    expires = row["previous_secret_expires_at"]
+    if row["previous_secret"] and expires is not None and expires > now:
+        secrets_.append(row["previous_secret"])
+    return Claimed(
+        id=row["delivery_id"],
+        webhook_id=row["webhook_id"],
+        attempts=row["attempts"],
+        is_test=row["is_test"],
+        due_at=row["due_at"],
+        payload=row["payload"].encode(),
+        event_created_at=row["event_created_at"],
+        url=row["url"],
+        secrets=tuple(secrets_),
+        max_concurrency=row["max_concurrency"],
+        event_id=row["event_id"],
+        trace_context=row["trace_context"],
+        custom_headers=tuple(row["custom_headers"].items()),
+        in_lane=row["in_lane"],
+    )
 
 
 class Recorded(NamedTuple):

@@ -208,7 +208,7 @@ async def test_leases_of_a_claim_whose_answer_was_lost_are_handed_back(
     lost = await queue.claim(
         db, owner=engine.owner, now=clock.now(), limit=10, default_concurrency=10
     )
-    assert len(lost) == 2  # the endpoint's every slot
+    assert len(lost.rows) == 2  # the endpoint's every slot
     engine.reconcile_every = 0.05
     await engine.start()
     rows = {name: await settled(client, ws, hook["id"], name) for name in ("lost-1", "lost-2")}

@@ -336,7 +336,8 @@ async def test_a_late_result_is_not_counted(
     hook = await subscribe(client, ws, receiver.url("/hook"))
     await publish(client, ws)
     now = datetime.now(UTC)
-    (claimed,) = await queue.claim(db, owner="engine-a", now=now, limit=10, default_concurrency=10)
+    claim = await queue.claim(db, owner="engine-a", now=now, limit=10, default_concurrency=10)
+    (claimed,) = claim.rows
     # Its engine was taken for dead: the lease went back before the result came.
     await queue.leave(db, owner="engine-a", now=now)
     late = AttemptResult(

@@ -2,9 +2,9 @@
 
 A new user publishes a burst and starts a worker on a database nobody has analyzed
 (autovacuum never analyzes a partitioned parent, and a fresh table has no statistics). The
-claim must still walk the queue's due index and read about as many entries as it claims,
-instead of reading and sorting the whole backlog; and a bounded claim reads at most its
-window even when every endpoint is saturated.
+claim must still visit the endpoints through the queue's per-endpoint index and read about as
+many entries as it claims, instead of reading and sorting the whole backlog; and when every
+endpoint is saturated, it reads an entry per endpoint, not their backlogs.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from tests.conftest import Workspace
 WEBHOOKS = 100
 EVENTS = 500  # 50,000 pending deliveries, as in the issue's drain
 CLAIM = 500
-WINDOW = CLAIM * queue.HEAD_WINDOW_PER_ROW
 
 
 def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -49,22 +48,32 @@ async def backlog(db: Database, ws: Workspace) -> None:
         )
 
 
-async def explain_claim(db: Database, *, bounded: bool = False) -> tuple[dict[str, Any], int]:
-    """EXPLAIN ANALYZE of one real claim, rolled back."""
+async def explain_claim(db: Database) -> tuple[dict[str, Any], int]:
+    """EXPLAIN ANALYZE of one real claim, from the start of the ring, rolled back."""
     async with db.acquire() as conn:
         tx = conn.transaction()
         await tx.start()
         try:
             await conn.execute(queue.INDEX_WALKS_ONLY)
-            args: list[Any] = [datetime.now(UTC), "engine-x", CLAIM, 10]
-            sql = queue.CLAIM_WINDOW if bounded else queue.CLAIM
-            raw = await conn.fetchval(
-                "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args, *([WINDOW] if bounded else [])
-            )
+            args: list[Any] = [datetime.now(UTC), "engine-x", CLAIM, 10, [], [], "", CLAIM]
+            raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + queue.CLAIM, *args)
         finally:
             await tx.rollback()
     plan: dict[str, Any] = orjson.loads(raw)[0]["Plan"]
-    return plan, int(plan["Actual Rows"])
+    (leased,) = [n for n in nodes(plan) if n.get("Subplan Name") == "CTE leased"]
+    return plan, int(leased["Actual Rows"])
+
+
+def queue_reads(plan: dict[str, Any]) -> int:
+    """Index entries of delivery_queue the claim read (every index: the ring's probes, each
+    endpoint's rows)."""
+    scans = [
+        n
+        for n in nodes(plan)
+        if n.get("Relation Name") == "delivery_queue" and "Index" in n["Node Type"]
+        and n.get("Index Name") != "delivery_queue_pkey"
+    ]  # fmt: skip
+    return sum(int(n["Actual Rows"] * n["Actual Loops"]) for n in scans)
 
 
 async def test_claim_walks_the_due_index_on_a_never_analyzed_database(
@@ -82,11 +91,10 @@ async def test_claim_walks_the_due_index_on_a_never_analyzed_database(
     assert claimed == CLAIM
     queue_scans = [n for n in nodes(plan) if n.get("Relation Name") == "delivery_queue"]
     assert not [n for n in queue_scans if n["Node Type"] == "Seq Scan"], queue_scans
-    walks = [n for n in queue_scans if n.get("Index Name") == "delivery_queue_due"]
-    assert walks, "the claim walks delivery_queue_due"
-    read = sum(n["Actual Rows"] * n["Actual Loops"] for n in walks)
-    # About as many entries read as rows claimed, not the 50,000 of the backlog.
-    assert read <= CLAIM * 1.1, [(n["Actual Rows"], n["Actual Loops"]) for n in walks]
+    assert [n for n in queue_scans if n.get("Index Name") == "delivery_queue_webhook"]
+    # About as many entries read as rows claimed (a probe per endpoint, its slots' rows), not
+    # the 50,000 of the backlog.
+    assert queue_reads(plan) <= CLAIM * 2.5, queue_reads(plan)
     # No sort of the backlog anywhere, and no partition of the history read whole.
     big = [
         n
@@ -98,12 +106,11 @@ async def test_claim_walks_the_due_index_on_a_never_analyzed_database(
           f"{plan['Actual Total Time']:.1f} ms")  # fmt: skip
 
 
-async def test_a_claim_reads_a_bounded_window_when_every_endpoint_is_saturated(
+async def test_a_claim_reads_an_entry_per_endpoint_when_every_endpoint_is_saturated(
     db: Database, ws: Workspace
 ) -> None:
-    """The backlog scenario's trap: every endpoint at its limit, 50,000 rows due. A bounded
-    claim (what the engine switches to after a long, short claim) finds nothing, and learns it
-    by reading its window, not the whole backlog."""
+    """The backlog's trap: every endpoint at its limit, 50,000 rows due. The claim finds
+    nothing, and learns it by a probe per endpoint, not by reading their backlogs."""
     await backlog(db, ws)
     async with db.acquire() as conn:  # ten requests in flight per endpoint: all saturated
         await conn.execute(
@@ -111,11 +118,10 @@ async def test_a_claim_reads_a_bounded_window_when_every_endpoint_is_saturated(
             "WHERE delivery_id IN (SELECT delivery_id FROM (SELECT delivery_id, row_number() "
             "OVER (PARTITION BY webhook_id) AS n FROM delivery_queue) r WHERE n <= 10)"
         )
-    plan, claimed = await explain_claim(db, bounded=True)
+    plan, claimed = await explain_claim(db)
     assert claimed == 0
-    walks = [n for n in nodes(plan) if n.get("Index Name") == "delivery_queue_due"]
-    read = sum(n["Actual Rows"] * n["Actual Loops"] for n in walks)
-    assert walks and read <= 2 * WINDOW, [(n["Actual Rows"], n["Actual Loops"]) for n in walks]
+    # The ring's probes, and the saturation count's leased rows: 100 endpoints x (1 + 10).
+    assert queue_reads(plan) <= WEBHOOKS * 12, queue_reads(plan)
 
 
 async def test_a_lane_waiting_behind_its_head_is_out_of_the_walk(
@@ -123,7 +129,8 @@ async def test_a_lane_waiting_behind_its_head_is_out_of_the_walk(
 ) -> None:
     """Ordered delivery's trap: a fifo subscription with thousands of events in one lane. The
     claims that first walk them park every one but the head, once; from then on a claim reads
-    none of them, and when the head settles, exactly the next one."""
+    none of them (the ring's probe of the endpoint finds nothing due), and when the head
+    settles, exactly the next one."""
     lane_events = 5000
     async with db.transaction() as conn:
         await conn.execute(
@@ -141,9 +148,10 @@ async def test_a_lane_waiting_behind_its_head_is_out_of_the_walk(
     now = datetime.now(UTC)
     claimed: list[queue.Claimed] = []
     for _ in range(lane_events // CLAIM + 1):
-        claimed += await queue.claim(
+        claim = await queue.claim(
             db, owner="engine-a", now=now, limit=CLAIM, default_concurrency=10
         )
+        claimed += claim.rows
     (head,) = claimed
     assert head.in_lane
     async with db.acquire() as conn:
@@ -153,11 +161,12 @@ async def test_a_lane_waiting_behind_its_head_is_out_of_the_walk(
     assert parked == lane_events - 1
 
     def walked(plan: dict[str, Any]) -> int:
-        walks = [n for n in nodes(plan) if n.get("Index Name") == "delivery_queue_due"]
+        walks = [n for n in nodes(plan) if n.get("Index Name") == "delivery_queue_webhook"]
         return sum(int(n["Actual Rows"] * n["Actual Loops"]) for n in walks)
 
     plan, taken = await explain_claim(db)
-    assert (taken, walked(plan)) == (0, 0)
+    # One entry read: the ring's probe, which finds the endpoint has nothing due.
+    assert (taken, walked(plan)) == (0, 1)
     result = AttemptResult(
         id=head.id, webhook_id=head.webhook_id, attempts_before=0, response_status=200,
         response_ms=1, last_error=None, finished_at=now, decision=Delivered(now), started_at=now,
@@ -165,4 +174,5 @@ async def test_a_lane_waiting_behind_its_head_is_out_of_the_walk(
     )  # fmt: skip
     await queue.record(db, owner="engine-a", results=[result], now=now, disable_after=1e9)
     plan, taken = await explain_claim(db)
-    assert (taken, walked(plan)) == (1, 1)
+    # The probe, and the one row due: the lane's next.
+    assert (taken, walked(plan)) == (1, 2)

@@ -1,17 +1,6 @@
 -- The engine's statements (dispatcher/store/queue.py says what the queue is, how a lease holds
 -- and how a late result is fenced off): the claim, the record of a batch of attempts, the
 -- failure clocks, the release of leases, the heartbeat, and the gauges' reads of the queue.
---
--- The claim is one statement in three variants that differ only in how they find due rows
--- (their `due` step, and `visited` before it): `claim` walks the head of the due index,
--- `claim_window` the same within a window, `claim_endpoints` visits a few endpoints from a
--- random point. The steps before the walk (`saturated`, `limited`), the walk's end (its order,
--- its limit and its lock) and the steps after it (slots, lanes, rates, leases, what it returns)
--- are written once, as the parts `claim_first_steps`, `claim_walk_end` and `claim_last_steps`
--- that each variant includes (`-- include:`, queries/__init__.py). Their parameters: $1 now
--- (rows due at or before it), $2 the engine claiming (the lease owner), $3 how many rows at
--- most, $4 the slots of an endpoint without a max_concurrency of its own; $5 and $6 as each
--- variant says.
 
 -- name: index_walks_only
 -- The planner settings the engine's statements run under, sent first in their transaction (and
@@ -25,120 +14,86 @@ SET LOCAL enable_seqscan = off;
 SET LOCAL enable_bitmapscan = off
 
 -- name: claim
--- Lease up to $3 rows due at $1 to engine $2, due order first: at most each endpoint's free
--- slots (counted across every engine; $4 for an endpoint without max_concurrency) and, for a
--- rate-limited one, the whole tokens in its bucket; of an ordering lane, only its head. A walked
--- row whose event was expunged, or whose webhook is disabled or deleted, is given up instead.
--- Returns each leased row with all that sending it needs. This one walks the head of the due
--- index (delivery_queue_due), reading about as many entries as it takes.
--- include: claim_first_steps
-), due AS (
-    -- Due rows in due order, walking delivery_queue_due lazily: a claim reads about as many
-    -- entries as it takes (plus those of saturated endpoints it passes).
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
-    FROM delivery_queue q
-    WHERE q.due_at <= $1
-      AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
-      AND q.webhook_id NOT IN (SELECT webhook_id FROM limited)
--- include: claim_walk_end
--- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
--- in the three claims).
--- include: claim_last_steps
-
--- name: claim_window
--- The claim (as `claim` says, and word for word but its walk), walking the due index within a
--- window of its first $5 entries: for when much of the backlog's head belongs to saturated
--- endpoints, so that a claim that finds little has read about twice the window, not the whole
--- backlog.
--- include: claim_first_steps
-), due AS (
-    -- The same walk, within a window of the due index's first $5 entries: when much of the
-    -- head of the backlog belongs to saturated endpoints, a claim still reads at most about
-    -- twice the window, not the whole backlog.
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
-    FROM delivery_queue q
-    WHERE q.due_at <= $1
-      -- The window's end: the due time of its last entry (NULL: fewer due rows than that).
-      AND q.due_at <= coalesce(
-          (SELECT w.due_at FROM delivery_queue w WHERE w.due_at <= $1
-           ORDER BY w.due_at OFFSET $5 - 1 LIMIT 1),
-          $1)
-      AND q.webhook_id NOT IN (SELECT webhook_id FROM saturated)
-      AND q.webhook_id NOT IN (SELECT webhook_id FROM limited)
--- include: claim_walk_end
--- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
--- in the three claims).
--- include: claim_last_steps
-
--- name: claim_endpoints
--- The claim (as `claim` says, and word for word but its walk), visiting up to $5 live,
--- unsaturated endpoints in id order from a random id $6, wrapping around, and walking each one's
--- due rows: sent after a window claim that came back short, so that a backlog at the head of the
--- due index cannot starve the endpoints behind it.
--- include: claim_first_steps
-), visited AS (
-    -- Endpoints beyond the window get their turn: up to $5 live, unsaturated endpoints in id
-    -- order from a random point $6 (ids are random, so every endpoint is visited as often),
-    -- wrapping around. Run when a head walk came back short: a backlog at the head of the
-    -- due index cannot starve the endpoints behind it.
-    SELECT id, max_concurrency FROM (
-        (SELECT w.id, w.max_concurrency FROM webhooks w
-         WHERE w.id >= $6 AND w.deleted_at IS NULL ORDER BY w.id LIMIT $5)
-        UNION ALL
-        (SELECT w.id, w.max_concurrency FROM webhooks w
-         WHERE w.id < $6 AND w.deleted_at IS NULL ORDER BY w.id LIMIT $5)
-    ) ring
-    WHERE id NOT IN (SELECT webhook_id FROM saturated)
-      AND id NOT IN (SELECT webhook_id FROM limited)
-    LIMIT $5
-), due AS (
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
-    FROM visited v
-    CROSS JOIN LATERAL (
-        SELECT delivery_id FROM delivery_queue
-        WHERE webhook_id = v.id AND due_at <= $1
-        ORDER BY due_at
-        LIMIT coalesce(v.max_concurrency, $4)
-    ) mine
-    JOIN delivery_queue q ON q.delivery_id = mine.delivery_id
-    WHERE q.due_at <= $1
--- include: claim_walk_end
--- The rest of the claim, after the walk: slots, lanes, rates, leases, what it returns (the same
--- in the three claims).
--- include: claim_last_steps
-
--- name: claim_first_steps
--- The claim's first steps, in each of its variants: the endpoints it must pass by.
-WITH saturated AS (
+-- Lease up to $3 due rows to engine $2, visiting the endpoints that have due work in turn (a
+-- round robin over endpoint ids: up to $8 of them from the engine's cursor $7, which wraps
+-- around), each taking at most its free slots (counted across every engine; $4 for an
+-- endpoint without max_concurrency of its own), oldest due first, and for a rate-limited one
+-- no more than the whole tokens in its bucket; of an ordering lane, only its head. However
+-- deep one endpoint's backlog, every other endpoint with due work is reached within one turn of
+-- the ring, and a claim reads about as many rows as it takes. $5 and $6: the endpoints ($5)
+-- where this engine has $6 attempts over whose results it has not yet written (their rows
+-- stay leased until the record; their slots are free: a slot is busy only while its request
+-- is). A visited row whose event was expunged, or whose webhook is disabled or deleted, is
+-- given up instead. Returns each leased row with all that sending it needs, and on every row
+-- (one row with the rest NULL when nothing was leased) the ring's last visited endpoint and
+-- how many it visited, so that the engine moves its cursor on.
+WITH finishing AS (
+    -- This engine's attempts that are over but not yet recorded, per endpoint: their rows
+    -- are still leased (the record needs the lease), but their slots are free again.
+    SELECT f.webhook_id, f.n FROM unnest($5::text[], $6::int[]) AS f(webhook_id, n)
+), saturated AS (
     -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
-    -- flight). They are left out of the walk below, so that a slow or hanging endpoint's
-    -- backlog never fills a claim.
+    -- flight, but for this engine's finished ones). They are passed by, so that a slow or
+    -- hanging endpoint's backlog never fills a claim.
     SELECT l.webhook_id
     FROM delivery_queue l
     JOIN webhooks w ON w.id = l.webhook_id
+    LEFT JOIN finishing f ON f.webhook_id = l.webhook_id
     WHERE l.lease_owner IS NOT NULL
-    GROUP BY l.webhook_id, w.max_concurrency
-    HAVING count(*) >= coalesce(w.max_concurrency, $4)
+    GROUP BY l.webhook_id, w.max_concurrency, f.n
+    HAVING count(*) - coalesce(f.n, 0) >= coalesce(w.max_concurrency, $4)
 ), limited AS (
     -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
-    -- walk passes their backlog by too, as a saturated one's. Read through the index: only
+    -- claim passes their backlog by too, as a saturated one's. Read through the index: only
     -- the endpoints waiting now.
     SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
-
--- name: claim_walk_end
--- The end of the walk, in each of the claim's variants: at most $3 rows, in due order, locked.
-    -- Rows another engine is claiming right now are skipped, not waited for.
-    ORDER BY q.due_at
+), ring AS (
+    -- The next $8 endpoints with anything queued, from $7 on: a loose scan of
+    -- delivery_queue_webhook, one index descent per endpoint, however many rows each one has
+    -- (leased, parked or due later included). Each descent lands on the endpoint's earliest
+    -- due time (the index's order within an endpoint): whether it has due work comes with it.
+    WITH RECURSIVE ring(webhook_id, first_due, pos) AS (
+        (SELECT q.webhook_id, q.due_at, 1 FROM delivery_queue q
+         WHERE q.webhook_id >= $7
+         ORDER BY q.webhook_id, q.due_at LIMIT 1)
+        UNION ALL
+        SELECT next.webhook_id, next.due_at, ring.pos + 1
+        FROM ring
+        CROSS JOIN LATERAL (
+            SELECT q.webhook_id, q.due_at FROM delivery_queue q
+            WHERE q.webhook_id > ring.webhook_id
+            ORDER BY q.webhook_id, q.due_at LIMIT 1
+        ) next
+        WHERE ring.pos < $8
+    )
+    SELECT webhook_id, first_due, pos FROM ring
+), due AS (
+    -- Each visited endpoint's due rows, oldest first, as many as its slots, in ring order; of
+    -- those, at most $3. Saturated and rate-limited endpoints are passed by. Rows another
+    -- engine is claiming right now are skipped, not waited for. A fifo endpoint's are read up
+    -- to $3: all but its lanes' heads are parked below, in bulk rather than a few per claim.
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
+    FROM ring v
+    JOIN webhooks w ON w.id = v.webhook_id AND v.first_due <= $1
+    CROSS JOIN LATERAL (
+        SELECT m.delivery_id FROM delivery_queue m
+        WHERE m.webhook_id = v.webhook_id AND m.due_at <= $1
+        ORDER BY m.due_at
+        LIMIT CASE WHEN w.ordering = 'fifo' THEN $3 ELSE coalesce(w.max_concurrency, $4) END
+    ) mine
+    JOIN delivery_queue q ON q.delivery_id = mine.delivery_id
+    WHERE q.due_at <= $1
+      AND v.webhook_id NOT IN (SELECT webhook_id FROM saturated)
+      AND v.webhook_id NOT IN (SELECT webhook_id FROM limited)
+    ORDER BY v.pos, q.due_at
     LIMIT $3
     FOR UPDATE OF q SKIP LOCKED
-
--- name: claim_last_steps
--- The claim's steps after its walk, in each of its variants: slots, lanes, rates, give-ups,
--- leases, and what it returns.
 ), busy AS (
-    -- Requests in flight now for the endpoints just walked.
-    SELECT l.webhook_id, count(*) AS n
+    -- Requests in flight now for the endpoints just walked (this engine's finished ones
+    -- not counted).
+    SELECT l.webhook_id, count(*) - coalesce(min(f.n), 0) AS n
     FROM delivery_queue l
+    LEFT JOIN finishing f ON f.webhook_id = l.webhook_id
     WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
     GROUP BY l.webhook_id
 -- Ordered delivery (delivery_lanes in schema.sql): what the claim does with the fifo rows it
@@ -270,22 +225,28 @@ WITH saturated AS (
     SET status = 'failed', last_error = g.stopped, next_attempt_at = NULL
     FROM given_up g
     WHERE d.id = g.delivery_id AND d.created_at = g.created_at
+), leased AS (
+    -- The lease: out of the due walk until the record (or a release) puts it back.
+    UPDATE delivery_queue q
+    SET lease_owner = $2, due_at = 'infinity'
+    FROM ranked LEFT JOIN buckets ON buckets.webhook_id = ranked.webhook_id, webhooks w, events e
+    WHERE q.delivery_id = ranked.delivery_id
+      AND ranked.stopped IS NULL
+      AND ranked.rank <= CASE WHEN ranked.rate_limit IS NULL THEN ranked.free
+                              ELSE least(ranked.free, coalesce(buckets.tokens, 0)) END
+      AND w.id = q.webhook_id
+      AND e.id = q.event_id
+      AND e.created_at = q.created_at
+    RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
+              e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
+              w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
+              q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
+              q.lane IS NOT NULL AS in_lane
 )
-UPDATE delivery_queue q
-SET lease_owner = $2, due_at = 'infinity'
-FROM ranked LEFT JOIN buckets ON buckets.webhook_id = ranked.webhook_id, webhooks w, events e
-WHERE q.delivery_id = ranked.delivery_id
-  AND ranked.stopped IS NULL
-  AND ranked.rank <= CASE WHEN ranked.rate_limit IS NULL THEN ranked.free
-                          ELSE least(ranked.free, coalesce(buckets.tokens, 0)) END
-  AND w.id = q.webhook_id
-  AND e.id = q.event_id
-  AND e.created_at = q.created_at
-RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
-          e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
-          w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
-          q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
-          q.lane IS NOT NULL AS in_lane
+-- Every leased row, with where the ring ended; one row of NULLs but those when none was.
+SELECT leased.*, ring_end.webhook_id AS ring_end, ring_end.visited
+FROM (SELECT max(webhook_id) AS webhook_id, count(*) AS visited FROM ring) ring_end
+LEFT JOIN leased ON true
 
 -- name: record
 -- Write a batch of attempts' results, one element per result in each array: $1 the delivery,
