@@ -740,8 +740,8 @@ END
 $$;
 
 -- Many events at once, in one call: the multi-row door every batch takes (POST
--- /v1/events/batch, the carrier's steps, operational events: dispatcher/store/events.py;
--- applications publishing in bulk use dispatcher_publish_events below). The arrays run in
+-- /v1/events/batch, the carrier's steps, operational events: dispatcher/store/events.py). It
+-- checks nothing (the service has): not an outbox function. The arrays run in
 -- parallel, one element per event: its id, workspace, type, number, data, idempotency key and
 -- request fingerprint (NULL: none), the subscriber left out (an operational event's) and its
 -- ordering key; every event is from p_source at p_created_at with p_trace_context. Returns one
