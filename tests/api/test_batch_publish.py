@@ -280,3 +280,18 @@ async def test_the_document_lists_the_route(client: TestClient[Any, Any]) -> Non
     operation = doc["paths"]["/v1/events/batch"]["post"]
     assert "202" in operation["responses"] and "422" in operation["responses"]
     assert "requestBody" in operation
+
+
+async def test_events_of_one_ordering_key_join_a_fifo_lane_in_request_order(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    await subscribe(client, ws, "https://hooks.example.com/", ordering="fifo")
+    sent = [event(n, orderingKey="lane") for n in range(30)]
+    resp = await post_batch(client, ws, sent)
+    assert resp.status == 202
+    answered = [e["id"] for e in (await resp.json())["data"]]
+    async with db.acquire() as conn:
+        queued = await conn.fetch(
+            "SELECT event_id FROM delivery_queue WHERE lane = 'lane' ORDER BY lane_seq"
+        )
+    assert [row["event_id"] for row in queued] == answered
