@@ -46,6 +46,11 @@ class IdempotencyKeyReused(DispatcherError):
     """This Idempotency-Key was already used with another request; send a new key for a new
     request, or the identical request to read the first answer again."""
 
+    def __init__(self, message: str | None = None, *, item: int | None = None) -> None:
+        super().__init__(message)
+        # The place in a batch of the event whose key it is (None: the request's own key).
+        self.item = item
+
 
 class InvalidCursor(DispatcherError):
     """The cursor is not valid for this list and these filters."""

@@ -3,10 +3,8 @@ expunging an event's content."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 from functools import partial
-from typing import Any
 
 import orjson
 import structlog
@@ -14,10 +12,10 @@ from aiohttp import web
 
 from dispatcher.api.context import Services
 from dispatcher.api.found import found
-from dispatcher.api.http import json_response, read_object, single_header, validate
-from dispatcher.api.models import PublishEvent
-from dispatcher.api.numbers import own_number
-from dispatcher.api.operations import HeaderParameter
+from dispatcher.api.http import ApiError, json_response, read_object, validate
+from dispatcher.api.idempotency import IDEMPOTENCY_KEY, idempotency_key, request_fingerprint
+from dispatcher.api.models import PublishBatch, PublishEvent
+from dispatcher.api.numbers import foreign_numbers, not_the_workspaces, own_number
 from dispatcher.api.pagination import Pager
 from dispatcher.api.query import (
     QueryParameter,
@@ -30,6 +28,7 @@ from dispatcher.api.resources import (
     EventEnvelope,
     EventWithDeliveries,
     Page,
+    PublishedEvents,
     StoredEvent,
     delivery,
     event_with_deliveries,
@@ -38,29 +37,14 @@ from dispatcher.api.resources import (
 from dispatcher.api.routing import Routes
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.events import EVENT_TYPE_PATTERN
-from dispatcher.errors import FieldError, ValidationFailed
+from dispatcher.errors import FieldError, IdempotencyKeyReused, ValidationFailed
 from dispatcher.store import deliveries, events, expunge
+from dispatcher.store.events import NewEvent
 from dispatcher.store.rows import EventRow
 from dispatcher.store.workspaces import ApiKey
 
 routes = Routes()
 log = structlog.get_logger("dispatcher.api")
-
-MAX_IDEMPOTENCY_KEY = 255
-# Visible ASCII (the IETF Idempotency-Key draft's key is a string of it): a header byte outside
-# it arrives as a lone surrogate that the database cannot store, or as a look-alike of another
-# key.
-_IDEMPOTENCY_KEY = re.compile(rf"[!-~]{{1,{MAX_IDEMPOTENCY_KEY}}}")
-IDEMPOTENCY_KEY = HeaderParameter(
-    "Idempotency-Key", {"type": "string", "pattern": f"^{_IDEMPOTENCY_KEY.pattern}$"}
-)
-
-
-def request_fingerprint(body: dict[str, Any]) -> bytes:
-    """SHA-256 of the body as a JSON value: keys sorted, no white space. Two requests have the
-    same fingerprint when they say the same thing, however their JSON was written (key order,
-    spacing, escapes), and different ones when any value or list order differs."""
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).digest()
 
 
 @routes.post(
@@ -76,16 +60,7 @@ async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web
     """202 with the event envelope. With `Idempotency-Key`, the identical request within 24
     hours answers the first event (and `Idempotent-Replayed: true`) and creates nothing;
     another request under that key is 422 `idempotency_key_reused` and creates nothing."""
-    idempotency_key = single_header(request, "Idempotency-Key")
-    if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "header.Idempotency-Key",
-                    f"must be 1..{MAX_IDEMPOTENCY_KEY} visible ASCII characters (no spaces)",
-                )
-            ]
-        )
+    key_sent = idempotency_key(request)
     raw = await read_object(request)
     body = validate(PublishEvent, raw, "body")
     if body.numberId is not None:
@@ -96,14 +71,102 @@ async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web
         event_type=body.type,
         number_id=body.numberId,
         data=body.data,
-        idempotency_key=idempotency_key,
-        fingerprint=None if idempotency_key is None else request_fingerprint(raw),
+        idempotency_key=key_sent,
+        fingerprint=None if key_sent is None else request_fingerprint(raw),
         now=svc.clock.now(),
         ordering_key=body.orderingKey,
     )
     headers = {} if created else {"Idempotent-Replayed": "true"}
     # The stored envelope, embedded as it is: never parsed and re-serialised.
     return json_response(orjson.Fragment(payload), status=202, headers=headers)
+
+
+@routes.post(
+    "/v1/events/batch",
+    Scope.EVENTS_WRITE,
+    PublishedEvents,
+    status=202,
+    body_parsed_by_handler=PublishBatch,
+    errors=(422,),
+)
+async def publish_events(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """1 to 100 events, each what POST /v1/events takes plus its own `idempotencyKey`, all or
+    nothing: 202 with each event's envelope in the request's order, published in one
+    transaction; any event refused (400 or 422 naming it, `body.events[i]...`) and nothing is
+    stored. An event under a key used within 24 hours replays as POST /v1/events does: the
+    first event when its object is the same, 422 `idempotency_key_reused` otherwise.
+    `Idempotent-Replayed: true` when every event of the batch replayed."""
+    raw = await read_object(request)
+    body = validate(PublishBatch, raw, "body", brackets=True)
+    problems = _repeated_keys(body)
+    numbers = {event.numberId for event in body.events if event.numberId is not None}
+    foreign = await foreign_numbers(svc, key.workspace_id, sorted(numbers)) if numbers else set()
+    for item, event in enumerate(body.events):
+        if event.numberId in foreign:
+            path = f"body.events[{item}].numberId"
+            problems.extend(not_the_workspaces(path, [event.numberId]).errors)
+    if problems:
+        problems.sort(key=lambda problem: _item(problem.path))
+        raise ValidationFailed(problems)
+    batch = [
+        NewEvent(
+            key.workspace_id,
+            event.type,
+            event.numberId,
+            event.data,
+            ordering_key=event.orderingKey,
+            idempotency_key=event.idempotencyKey,
+            # The event's object as a POST /v1/events body (its key is not part of it): the
+            # same event replays under its key whichever door published it first.
+            fingerprint=None
+            if event.idempotencyKey is None
+            else request_fingerprint(
+                {name: value for name, value in sent.items() if name != "idempotencyKey"}
+            ),
+        )
+        for event, sent in zip(body.events, raw["events"], strict=True)
+    ]
+    try:
+        published = await events.publish_batch(
+            svc.db, workspace_id=key.workspace_id, events=batch, now=svc.clock.now()
+        )
+    except IdempotencyKeyReused as exc:
+        if exc.item is None:
+            raise
+        path = f"body.events[{exc.item}].idempotencyKey"
+        raise ApiError(
+            422,
+            "idempotency_key_reused",
+            f"{path}: {exc.message}",
+            [{"path": path, "message": exc.message}],
+        ) from exc
+    headers = {} if any(created for _, created in published) else {"Idempotent-Replayed": "true"}
+    # The stored envelopes, embedded as they are: never parsed and re-serialised.
+    answer: PublishedEvents = {"data": [orjson.Fragment(payload) for payload, _ in published]}
+    return json_response(answer, status=202, headers=headers)
+
+
+def _repeated_keys(body: PublishBatch) -> list[FieldError]:
+    """An error for each event whose `idempotencyKey` an earlier event of the batch has."""
+    first: dict[str, int] = {}
+    problems = []
+    for item, event in enumerate(body.events):
+        if event.idempotencyKey is None:
+            continue
+        earlier = first.setdefault(event.idempotencyKey, item)
+        if earlier != item:
+            problems.append(
+                FieldError(
+                    f"body.events[{item}].idempotencyKey",
+                    f"repeats the idempotencyKey of body.events[{earlier}]",
+                )
+            )
+    return problems
+
+
+def _item(path: str) -> int:
+    """The event's place in `body.events[i]...`."""
+    return int(path.removeprefix("body.events[").partition("]")[0])
 
 
 _EVENT_TYPE = re.compile(EVENT_TYPE_PATTERN)

@@ -342,15 +342,23 @@ async def read_object(request: web.Request) -> dict[str, Any]:
     return data
 
 
-def validate(model: type[ModelT], data: dict[str, Any], root: str) -> ModelT:
+def validate(
+    model: type[ModelT], data: dict[str, Any], root: str, *, brackets: bool = False
+) -> ModelT:
+    """`data` as a `model`, or a 400 naming each field at fault from `root`. A list's items
+    are named `.0` (`body.media.0.url`), or with `brackets` `[0]` (`body.events[3].type`, as
+    the batch's contract names its events)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ValidationFailed([_field_error(root, err) for err in exc.errors()]) from exc
+        errors = [_field_error(root, err, brackets) for err in exc.errors()]
+        raise ValidationFailed(errors) from exc
 
 
-def _field_error(root: str, err: Any) -> FieldError:
-    path = ".".join([root, *(str(part) for part in err["loc"])])
+def _field_error(root: str, err: Any, brackets: bool = False) -> FieldError:
+    path = root
+    for part in err["loc"]:
+        path += f"[{part}]" if brackets and isinstance(part, int) else f".{part}"
     kind = err["type"]
     if kind == "extra_forbidden":
         message = "unknown field"

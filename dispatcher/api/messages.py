@@ -10,7 +10,8 @@ from aiohttp import web
 
 from dispatcher.api.context import Services
 from dispatcher.api.found import found
-from dispatcher.api.http import json_response
+from dispatcher.api.http import json_response, read_object, validate
+from dispatcher.api.idempotency import IDEMPOTENCY_KEY, idempotency_key, request_fingerprint
 from dispatcher.api.models import SendMessage
 from dispatcher.api.numbers import own_number
 from dispatcher.api.pagination import Pager
@@ -32,14 +33,28 @@ FILTERS = (
 )
 
 
-@routes.post("/v1/messages", Scope.MESSAGES_WRITE, Message, status=202, body=SendMessage)
-async def send_message(
-    request: web.Request, svc: Services, key: ApiKey, body: SendMessage
-) -> web.Response:
+@routes.post(
+    "/v1/messages",
+    Scope.MESSAGES_WRITE,
+    Message,
+    status=202,
+    body_parsed_by_handler=SendMessage,
+    headers=(IDEMPOTENCY_KEY,),
+    errors=(422,),
+)
+async def send_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    """202 with the queued message. With `Idempotency-Key` (the rules of POST /v1/events), the
+    identical request within 24 hours answers the first message as it is now (and
+    `Idempotent-Replayed: true`) and sends nothing, so a client retrying a send that timed out
+    never sends the text twice; another request under that key is 422
+    `idempotency_key_reused` and sends nothing."""
+    key_sent = idempotency_key(request)
+    raw = await read_object(request)
+    body = validate(SendMessage, raw, "body")
     # `from` may be the number's id or its E.164 form.
     number = await own_number(svc, key.workspace_id, "body.from", body.from_, e164=True)
     now = svc.clock.now()
-    row = await messages.create_outgoing(
+    row, created = await messages.create_outgoing(
         svc.db,
         workspace_id=key.workspace_id,
         number_id=number.id,
@@ -48,8 +63,11 @@ async def send_message(
         text=body.text,
         now=now,
         carrier_due_at=now + timedelta(seconds=svc.settings.sandbox_delay),
+        idempotency_key=key_sent,
+        fingerprint=None if key_sent is None else request_fingerprint(raw),
     )
-    return json_response(message(row), status=202)
+    headers = {} if created else {"Idempotent-Replayed": "true"}
+    return json_response(message(row), status=202, headers=headers)
 
 
 @routes.get("/v1/messages", Scope.MESSAGES_READ, Page[Message], query=FILTERS)

@@ -18,6 +18,7 @@ from pydantic import (
     field_validator,
 )
 
+from dispatcher.api.idempotency import IDEMPOTENCY_KEY_PROBLEM, IDEMPOTENCY_KEY_SHAPE
 from dispatcher.domain.enums import CallStatus, ConversationStatus, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, OPERATIONAL_TYPES, PUBLISHABLE_TYPES
 from dispatcher.domain.payload_filter import filter_problem
@@ -189,6 +190,12 @@ def _ordering_key(value: str) -> str:
 OrderingKey = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_ordering_key)]
 
 
+def _idempotency_key(value: str) -> str:
+    if not IDEMPOTENCY_KEY_SHAPE.fullmatch(value):
+        raise ValueError(IDEMPOTENCY_KEY_PROBLEM)
+    return value
+
+
 class PublishEvent(Body):
     type: str = Field(min_length=1, max_length=100)
     numberId: str | None = None
@@ -210,6 +217,21 @@ class PublishEvent(Body):
         if not isinstance(value.get("id"), str) or not value["id"]:
             raise ValueError("must carry `id`, a non-empty string")
         return value
+
+
+# How many events one POST /v1/events/batch takes.
+MAX_BATCH_EVENTS = 100
+
+
+class BatchEvent(PublishEvent):
+    """One event of a batch: what POST /v1/events takes, and its own Idempotency-Key (the
+    header's rules, for this event alone)."""
+
+    idempotencyKey: Annotated[str, AfterValidator(_idempotency_key)] | None = None
+
+
+class PublishBatch(Body):
+    events: list[BatchEvent] = Field(min_length=1, max_length=MAX_BATCH_EVENTS)
 
 
 # -- the admin API (api/admin.py) -------------------------------------------------------------

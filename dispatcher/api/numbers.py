@@ -20,6 +20,13 @@ def not_the_workspaces(path: str, refs: Sequence[str]) -> ValidationFailed:
     )
 
 
+async def foreign_numbers(svc: Services, workspace_id: str, refs: Sequence[str]) -> set[str]:
+    """Those of the number ids `refs` that are not the workspace's, in one lookup (a batch
+    names each event whose number they are)."""
+    found = await workspaces.find_numbers(svc.db, workspace_id, refs)
+    return {ref for ref in refs if ref not in found}
+
+
 async def own_numbers(
     svc: Services, workspace_id: str, path: str, refs: Sequence[str], *, e164: bool = False
 ) -> dict[str, PhoneNumber]:

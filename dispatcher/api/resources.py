@@ -75,6 +75,7 @@ __all__ = [
     "NewApiKey",
     "Page",
     "PhoneNumber",
+    "PublishedEvents",
     "Recovered",
     "Secret",
     "StoredEvent",
@@ -131,6 +132,13 @@ class Page(TypedDict, Generic[ItemT]):
 
     data: list[ItemT]
     nextCursor: str | None
+
+
+class PublishedEvents(TypedDict):
+    """POST /v1/events/batch: each event's envelope, as POST /v1/events answers it, in the
+    order of the request (stored, embedded as it is)."""
+
+    data: list[StoredEnvelope]
 
 
 class Conversation(TypedDict):

@@ -8,28 +8,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import orjson
 
 from dispatcher import metrics, tracing
 from dispatcher.domain import ids
-from dispatcher.errors import IdempotencyKeyReused
 from dispatcher.store.database import Connection, Database
+from dispatcher.store.idempotency import IDEMPOTENCY_WINDOW, check_replay
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
 from dispatcher.store.rows import EventRow, fetch_row
-
-IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 
 class SQL(Queries, file="events.sql"):
     append_event: str
     append_events: str
     lock_idempotency_key: str
+    lock_idempotency_keys: str
     find_idempotent_event: str
+    find_idempotent_events: str
     events_page: str
     event: str
 
@@ -91,7 +91,7 @@ async def append_event(
 
 @dataclass(frozen=True)
 class NewEvent:
-    """One event of a batch appended by `append_events`."""
+    """One event of a batch appended by `append_events` or published by `publish_batch`."""
 
     workspace_id: str
     event_type: str
@@ -100,19 +100,22 @@ class NewEvent:
     # The subscription this event is about, which never receives it (an operational event).
     excluded_webhook_id: str | None = None
     ordering_key: str | None = None
+    # Its Idempotency-Key and the fingerprint of the request that published it (the API's).
+    idempotency_key: str | None = None
+    fingerprint: bytes | None = None
 
 
-async def append_events(
+async def _append_many(
     conn: Connection, events: Sequence[NewEvent], *, source: str, created_at: datetime
-) -> int:
-    """Store a batch of events and fan each out, in one statement (inside the caller's
-    transaction, if it has one); returns the deliveries created. What a loop of
-    `append_event` does, without a round trip per event."""
+) -> list[tuple[str, int]]:
+    """Store a batch of events and fan each out, in one statement (schema.sql's
+    `dispatcher_append_events`; inside the caller's transaction, if it has one). Returns each
+    event's (payload, deliveries created), in the batch's order."""
     if not events:
-        return 0
+        return []
     # One span for the batch (when tracing is on), stored with each of its events.
     with tracing.publishing(source, None, events=len(events)) as publication:
-        fanned: int = await conn.fetchval(
+        rows = await conn.fetch(
             SQL.append_events,
             [ids.new_id(ids.EVENT) for _ in events],
             [event.workspace_id for event in events],
@@ -121,15 +124,29 @@ async def append_events(
             [_json(event.data) for event in events],
             source,
             created_at,
+            [event.idempotency_key for event in events],
+            [event.fingerprint for event in events],
             publication.traceparent,
             [event.excluded_webhook_id for event in events],
             [event.ordering_key for event in events],
         )
+        appended = [(row["event_payload"], row["event_fanned"]) for row in rows]
+        fanned = sum(made for _, made in appended)
         publication.fanned_out(fanned)
     for event in events:
         metrics.EVENTS_PUBLISHED.labels(source, event.event_type).inc()
     metrics.FANNED_OUT.inc(fanned)
-    return fanned
+    return appended
+
+
+async def append_events(
+    conn: Connection, events: Sequence[NewEvent], *, source: str, created_at: datetime
+) -> int:
+    """Store a batch of events and fan each out, in one statement (inside the caller's
+    transaction, if it has one); returns the deliveries created. What a loop of
+    `append_event` does, without a round trip per event."""
+    appended = await _append_many(conn, events, source=source, created_at=created_at)
+    return sum(made for _, made in appended)
 
 
 async def publish(
@@ -164,9 +181,7 @@ async def publish(
                 now - IDEMPOTENCY_WINDOW,
             )
             if existing is not None:
-                first = existing["request_fingerprint"]
-                if first is not None and first != fingerprint:
-                    raise IdempotencyKeyReused()
+                check_replay(existing["request_fingerprint"], fingerprint)
                 return existing["payload"], False
         _, payload, _ = await append_event(
             conn,
@@ -182,6 +197,45 @@ async def publish(
         )
     db.wake(DELIVERIES_CHANNEL)
     return payload, True
+
+
+async def publish_batch(
+    db: Database, *, workspace_id: str, events: Sequence[NewEvent], now: datetime
+) -> list[tuple[str, bool]]:
+    """Publish a batch through the API, all or nothing; returns each event's (payload,
+    created), in the batch's order. The events' keys are distinct (the API refuses a batch
+    that repeats one).
+
+    An event whose key was used in this workspace within 24 hours is `publish`'s replay: the
+    first event's payload when its fingerprint is the first one's (nothing created for it),
+    IdempotencyKeyReused naming its place otherwise (nothing created at all). The others are
+    appended together: one statement, whatever the batch's size.
+    """
+    keys = [event.idempotency_key for event in events if event.idempotency_key is not None]
+    # As `publish`: without a key, one statement (atomic on its own); with keys, the lookup and
+    # the insert share a transaction under every key's advisory lock, the one `publish` takes.
+    session = db.acquire() if not keys else db.transaction()
+    replayed: dict[int, str] = {}
+    async with session as conn:
+        if keys:
+            await conn.execute(SQL.lock_idempotency_keys, workspace_id, keys)
+            found = await conn.fetch(
+                SQL.find_idempotent_events, workspace_id, keys, now - IDEMPOTENCY_WINDOW
+            )
+            first = {row["idempotency_key"]: row for row in found}
+            for item, event in enumerate(events):
+                existing = first.get(event.idempotency_key) if event.idempotency_key else None
+                if existing is not None:
+                    check_replay(existing["request_fingerprint"], event.fingerprint, item=item)
+                    replayed[item] = existing["payload"]
+        new = [event for item, event in enumerate(events) if item not in replayed]
+        appended = iter(await _append_many(conn, new, source="api", created_at=now))
+    if new:
+        db.wake(DELIVERIES_CHANNEL)
+    return [
+        (replayed[item], False) if item in replayed else (next(appended)[0], True)
+        for item in range(len(events))
+    ]
 
 
 async def list_page(

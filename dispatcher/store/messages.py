@@ -16,6 +16,7 @@ from dispatcher.domain.resources import MessageMedia
 from dispatcher.store import conversations
 from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.events import NewEvent, append_event, append_events
+from dispatcher.store.idempotency import IDEMPOTENCY_WINDOW, check_replay
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.queries import Queries
@@ -30,6 +31,8 @@ class SQL(Queries, file="messages.sql"):
     messages_page: str
     claim_carrier_due: str
     move_statuses: str
+    lock_idempotency_key: str
+    find_idempotent_message: str
 
 
 def _after_touch(rest: str) -> str:
@@ -110,15 +113,38 @@ async def create_outgoing(
     text: str,
     now: datetime,
     carrier_due_at: datetime,
-) -> MessageRow:
-    """The message and its conversation's update in one statement: one round trip and one
-    commit, atomic without a transaction of our own."""
+    idempotency_key: str | None = None,
+    fingerprint: bytes | None = None,
+) -> tuple[MessageRow, bool]:
+    """The message and its conversation's update in one statement; returns (message,
+    created).
+
+    Without a key: one round trip and one commit, atomic without a transaction of our own.
+    With one, the rules of events' keys (store/idempotency.py): a key seen in this workspace
+    within 24 hours returns the first message as it is now, and sends nothing, if the
+    request's fingerprint is the first one's; another request under the key raises
+    IdempotencyKeyReused (and sends nothing). The lookup and the insert then share a
+    transaction under the key's advisory lock, so requests racing under one key send once.
+    """
     touch = _touch(
         workspace_id, number_id, to_number, now, ConversationItemKind.SMS_MESSAGE, incoming=False
     )
-    item = (ids.new_id(ids.MESSAGE), from_number, text, carrier_due_at)
-    async with db.acquire() as conn:
-        return await _create(conn, MessageRow, CREATE_OUTGOING, touch, item)
+    item = (ids.new_id(ids.MESSAGE), from_number, text, carrier_due_at, idempotency_key,
+            fingerprint)  # fmt: skip
+    if idempotency_key is None:
+        async with db.acquire() as conn:
+            return await _create(conn, MessageRow, CREATE_OUTGOING, touch, item), True
+    async with db.transaction() as conn:
+        await conn.execute(SQL.lock_idempotency_key, workspace_id, idempotency_key)
+        existing = await conn.fetchrow(
+            SQL.find_idempotent_message, workspace_id, idempotency_key, now - IDEMPOTENCY_WINDOW
+        )
+        if existing is not None:
+            check_replay(existing["request_fingerprint"], fingerprint)
+            first = await fetch_row(conn, SQL.message, MessageRow, workspace_id, existing["id"])
+            if first is not None:
+                return first, False
+        return await _create(conn, MessageRow, CREATE_OUTGOING, touch, item), True
 
 
 async def create_incoming(

@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 
+from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database
 from tests.conftest import Workspace
 
@@ -151,3 +152,98 @@ async def test_a_repeated_key_header_is_refused(
         error = await resp.json()
         assert [e["path"] for e in error["errors"]] == ["header.Idempotency-Key"]
     assert await counts(db) == (0, 0)
+
+
+# -- POST /v1/messages: the same rules, so that a retried send never sends the text twice ------
+
+
+async def send(
+    client: TestClient[Any, Any], ws: Workspace, key: str | None, text: str = "hello"
+) -> Any:
+    headers = {**ws.headers} if key is None else {**ws.headers, "Idempotency-Key": key}
+    body = {"from": ws.number, "to": "+15555550123", "text": text}
+    return await client.post("/v1/messages", json=body, headers=headers)
+
+
+async def messages_stored(db: Database) -> int:
+    async with db.acquire() as conn:
+        count: int = await conn.fetchval("SELECT count(*) FROM messages")
+    return count
+
+
+async def test_a_retried_send_answers_the_first_message(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    first = await send(client, ws, "send-1")
+    assert first.status == 202
+    assert "Idempotent-Replayed" not in first.headers
+    again = await send(client, ws, "send-1")
+    assert again.status == 202
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert await again.json() == await first.json()
+    assert await messages_stored(db) == 1
+    # The same request written otherwise is the same request.
+    raw = b'{"text":"hello","to":"+15555550123",  "from":"%s"}' % ws.number.encode()
+    headers = {**ws.headers, "Idempotency-Key": "send-1", "Content-Type": "application/json"}
+    written = await client.post("/v1/messages", data=raw, headers=headers)
+    assert written.status == 202 and written.headers.get("Idempotent-Replayed") == "true"
+    # Without a key, every send is a new message.
+    assert (await send(client, ws, None)).status == 202
+    assert (await send(client, ws, None)).status == 202
+    assert await messages_stored(db) == 3
+
+
+async def test_another_send_under_a_used_key_is_refused(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    first = await send(client, ws, "send-2")
+    refused = await send(client, ws, "send-2", text="another text")
+    assert refused.status == 422, await refused.text()
+    error = await refused.json()
+    assert error["code"] == "idempotency_key_reused"
+    assert "Idempotent-Replayed" not in refused.headers
+    assert await messages_stored(db) == 1
+    # The key still replays the first send.
+    again = await send(client, ws, "send-2")
+    assert (await again.json())["id"] == (await first.json())["id"]
+
+
+async def test_racing_sends_under_one_key_send_once(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    same = await asyncio.gather(*(send(client, ws, "race-m") for _ in range(10)))
+    assert [a.status for a in same] == [202] * 10
+    assert len({(await a.json())["id"] for a in same}) == 1
+    assert sum(a.headers.get("Idempotent-Replayed") == "true" for a in same) == 9
+    assert await messages_stored(db) == 1
+    other = await asyncio.gather(*(send(client, ws, "race-n", text=f"t{i}") for i in range(10)))
+    assert sorted(a.status for a in other) == [202] + [422] * 9
+    assert await messages_stored(db) == 2
+
+
+async def test_a_send_key_is_free_again_after_24_hours(
+    client: TestClient[Any, Any], ws: Workspace, db: Database, clock: FakeClock
+) -> None:
+    first = await send(client, ws, "send-3")
+    clock.advance(24 * 3600 + 1)
+    later = await send(client, ws, "send-3", text="a new text")
+    assert later.status == 202
+    assert "Idempotent-Replayed" not in later.headers
+    assert (await later.json())["id"] != (await first.json())["id"]
+    assert await messages_stored(db) == 2
+
+
+async def test_a_send_key_must_be_visible_ascii_and_sent_once(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    for key in ("with space", "ключ", "k" * 256):
+        resp = await send(client, ws, key)
+        assert resp.status == 400, key
+        assert [e["path"] for e in (await resp.json())["errors"]] == ["header.Idempotency-Key"]
+    headers: CIMultiDict[str] = CIMultiDict(ws.headers)
+    headers.add("Idempotency-Key", "a")
+    headers.add("Idempotency-Key", "a")
+    body = {"from": ws.number, "to": "+15555550123", "text": "hello"}
+    resp = await client.post("/v1/messages", json=body, headers=headers)
+    assert resp.status == 400
+    assert await messages_stored(db) == 0

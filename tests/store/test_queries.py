@@ -65,7 +65,9 @@ def test_a_class_that_disagrees_with_its_file_fails_when_defined() -> None:
             append_event: str
             append_events: str
             lock_idempotency_key: str
+            lock_idempotency_keys: str
             find_idempotent_event: str
+            find_idempotent_events: str
             events_page: str
             event: str
             no_such_query: str
@@ -85,7 +87,9 @@ def test_each_file_is_bound_once() -> None:
             append_event: str
             append_events: str
             lock_idempotency_key: str
+            lock_idempotency_keys: str
             find_idempotent_event: str
+            find_idempotent_events: str
             events_page: str
             event: str
 

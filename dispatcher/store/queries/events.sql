@@ -11,21 +11,26 @@ SELECT dispatcher_append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
 
 -- name: append_events
 -- Publish a batch of events (one per element of the arrays $1 ids, $2 workspaces, $3 types,
--- $4 number ids, $5 data, $9 subscribers left out, $10 ordering keys), from $6 source at
--- $7, each with trace context $8; returns the deliveries made, in all.
-SELECT coalesce(sum((
-           dispatcher_append_event(new.id, new.workspace_id, new.type, new.number_id, $6,
-                                   new.data, $7, NULL, NULL, NULL, $8, new.excluded,
-                                   new.ordering_key)
-       ).fanned), 0)::int
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::json[], $9::text[],
-            $10::text[])
-    AS new (id, workspace_id, type, number_id, data, excluded, ordering_key)
+-- $4 number ids, $5 data, $8 idempotency keys, $9 request fingerprints, $11 subscribers left
+-- out, $12 ordering keys), from $6 source at $7, each with trace context $10. One row per
+-- event, in the arrays' order: (event_id, event_payload, event_fanned).
+SELECT event_id, event_payload, event_fanned
+FROM dispatcher_append_events($1::text[], $2::text[], $3::text[], $4::text[], $6, $5::json[],
+                              $7, $8::text[], $9::bytea[], $10, $11::text[], $12::text[])
 
 -- name: lock_idempotency_key
 -- Serialise the publishes of one workspace under one key ($1 workspace, $2 key), until the
 -- transaction ends.
 SELECT pg_advisory_xact_lock(hashtext($1 || ':' || $2))
+
+-- name: lock_idempotency_keys
+-- lock_idempotency_key for each of the keys $2 of workspace $1 (the same locks, so a batch and
+-- a single publish under one key are serialised too), taken in one order whoever asks, so
+-- that two batches sharing keys never wait for each other in a circle.
+SELECT pg_advisory_xact_lock(lock_id)
+FROM (SELECT DISTINCT hashtext($1 || ':' || key) AS lock_id
+      FROM unnest($2::text[]) AS key
+      ORDER BY lock_id) AS keys
 
 -- name: find_idempotent_event
 -- The payload and request fingerprint of the latest event of workspace $1 published under
@@ -35,6 +40,14 @@ FROM events
 WHERE workspace_id = $1 AND idempotency_key = $2 AND created_at > $3
 ORDER BY created_at DESC
 LIMIT 1
+
+-- name: find_idempotent_events
+-- find_idempotent_event for each of the keys $2: per key, the latest event of workspace $1
+-- published under it since $3, with the key.
+SELECT DISTINCT ON (idempotency_key) idempotency_key, payload, request_fingerprint
+FROM events
+WHERE workspace_id = $1 AND idempotency_key = ANY ($2::text[]) AND created_at > $3
+ORDER BY idempotency_key, created_at DESC
 
 -- name: events_page
 -- A page of a workspace's events (store/pages.py adds the conditions, test events left out,

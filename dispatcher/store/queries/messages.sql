@@ -5,10 +5,13 @@
 -- name: create_outgoing
 -- An outgoing message, after conversations.sql's `touch` (parameters $1 to $7, the contact $4
 -- being the recipient) as the CTE `conversation` (messages.py joins them): queued for the
--- carrier at $11. $8 id, $9 from, $10 text.
+-- carrier at $11. $8 id, $9 from, $10 text; $12 the Idempotency-Key it was sent under and $13
+-- the request's fingerprint (NULL: none).
 INSERT INTO messages (id, workspace_id, number_id, conversation_id, direction, from_number,
-                      to_number, text, media, status, created_at, updated_at, carrier_due_at)
-SELECT $8, $2, $3, conversation.id, 'outgoing', $9, $4, $10, '[]', 'queued', $5, $5, $11
+                      to_number, text, media, status, created_at, updated_at, carrier_due_at,
+                      idempotency_key, request_fingerprint)
+SELECT $8, $2, $3, conversation.id, 'outgoing', $9, $4, $10, '[]', 'queued', $5, $5, $11,
+       $12, $13
 FROM conversation
 RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
           media, status, created_at, expunged_at IS NOT NULL AS expunged
@@ -32,6 +35,20 @@ SELECT $8, $2, $3, conversation.id, $9, $10, $11, $12, $13, $5
 FROM conversation
 RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number,
           status, duration_seconds, created_at
+
+-- name: lock_idempotency_key
+-- Serialise the sends of workspace $1 under key $2, until the transaction ends (a lock of its
+-- own: events.sql's lock for the same key is another one).
+SELECT pg_advisory_xact_lock(hashtext('message:' || $1 || ':' || $2))
+
+-- name: find_idempotent_message
+-- The id and request fingerprint of the latest message of workspace $1 sent under key $2
+-- since $3 (the idempotency window), if any.
+SELECT id, request_fingerprint
+FROM messages
+WHERE workspace_id = $1 AND idempotency_key = $2 AND created_at > $3
+ORDER BY created_at DESC
+LIMIT 1
 
 -- name: message
 -- Message $2 of workspace $1.

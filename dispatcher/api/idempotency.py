@@ -1,0 +1,43 @@
+"""Idempotency-Key as every door that takes one reads it (POST /v1/events, each event of
+POST /v1/events/batch, POST /v1/messages): the key's shape, the header, and the fingerprint
+that tells the identical request from another. The store keeps the window and the replay rule
+(store/idempotency.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from dispatcher.api.http import single_header
+from dispatcher.api.operations import HeaderParameter
+from dispatcher.errors import FieldError, ValidationFailed
+
+MAX_IDEMPOTENCY_KEY = 255
+# Visible ASCII (the IETF Idempotency-Key draft's key is a string of it): a header byte outside
+# it arrives as a lone surrogate that the database cannot store, or as a look-alike of another
+# key.
+IDEMPOTENCY_KEY_SHAPE = re.compile(rf"[!-~]{{1,{MAX_IDEMPOTENCY_KEY}}}")
+IDEMPOTENCY_KEY_PROBLEM = f"must be 1..{MAX_IDEMPOTENCY_KEY} visible ASCII characters (no spaces)"
+IDEMPOTENCY_KEY = HeaderParameter(
+    "Idempotency-Key", {"type": "string", "pattern": f"^{IDEMPOTENCY_KEY_SHAPE.pattern}$"}
+)
+
+
+def idempotency_key(request: web.Request) -> str | None:
+    """The request's Idempotency-Key (None without one), or a 400 naming the header when it is
+    sent twice or is not 1..255 visible ASCII characters."""
+    key = single_header(request, "Idempotency-Key")
+    if key is not None and not IDEMPOTENCY_KEY_SHAPE.fullmatch(key):
+        raise ValidationFailed([FieldError("header.Idempotency-Key", IDEMPOTENCY_KEY_PROBLEM)])
+    return key
+
+
+def request_fingerprint(body: dict[str, Any]) -> bytes:
+    """SHA-256 of the body as a JSON value: keys sorted, no white space. Two requests have the
+    same fingerprint when they say the same thing, however their JSON was written (key order,
+    spacing, escapes), and different ones when any value or list order differs."""
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).digest()
