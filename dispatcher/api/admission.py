@@ -22,6 +22,7 @@ from aiohttp.typedefs import Middleware
 from dispatcher import metrics
 from dispatcher.api.http import Handler
 from dispatcher.errors import Overloaded
+from dispatcher.store import database
 
 # Never counted, never held, never refused.
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -99,6 +100,7 @@ def admission_middleware(admission: Admission) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        database.start_request()
         if request.path in EXEMPT_PATHS:
             return await handler(request)
         await admission.enter()

@@ -64,6 +64,13 @@ CLOSE_TIMEOUT = 10.0
 _COMMITTED: contextvars.ContextVar[bool] = contextvars.ContextVar("committed", default=False)
 
 
+def start_request() -> None:
+    """Mark the running task as a request that has committed nothing yet. Called as each API
+    request starts: a server's connections run in a copy of the context the server was
+    started in, and that process had committed (its schema, the demo) before it served."""
+    _COMMITTED.set(False)
+
+
 class StoreError(DispatcherError):
     """The database refused a statement."""
 
