@@ -70,3 +70,13 @@ class DatabaseUnavailable(DispatcherError):
 
 class ConfigurationError(DispatcherError):
     """A setting is not valid."""
+
+
+class Overloaded(DispatcherError):
+    """The service has as much work in progress as it takes; retry shortly."""
+
+    def __init__(self, message: str | None = None, *, reason: str = "requests") -> None:
+        super().__init__(message)
+        # What was full: "requests" (the requests in progress) or "pool" (no database
+        # connection came free in time). A metric label: keep the set closed.
+        self.reason = reason

@@ -116,6 +116,18 @@ HTTP_DURATION = Histogram(
     ["route", "method"],
     buckets=LATENCY_BUCKETS,
 )
+API_OVERLOADED = Counter(
+    "dispatcher_api_overloaded_total",
+    "API requests refused with 503 overloaded, by reason: requests (the bound on requests in "
+    "progress, DISPATCHER_MAX_REQUESTS_IN_PROGRESS) or pool (no database connection came free "
+    "within DISPATCHER_POOL_ACQUIRE_TIMEOUT).",
+    ["reason"],
+)
+API_REQUESTS_IN_PROGRESS = Gauge(
+    "dispatcher_api_requests_in_progress",
+    "API requests in progress now, counted against DISPATCHER_MAX_REQUESTS_IN_PROGRESS "
+    "(the probes and /metrics are not counted).",
+)
 
 
 def status_class(status: int | None) -> str:
@@ -142,6 +154,8 @@ def _declare_label_values() -> None:
         WEBHOOKS_DISABLED.labels(reason)
     for outcome in ("success", "http_error", "timeout", "connection_error", "blocked"):
         ATTEMPT_DURATION.labels(outcome)
+    for reason in ("requests", "pool"):
+        API_OVERLOADED.labels(reason)
 
 
 _declare_label_values()

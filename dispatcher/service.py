@@ -57,16 +57,19 @@ T = TypeVar("T")
 
 
 @asynccontextmanager
-async def database_for(settings: Settings) -> AsyncIterator[Database]:
+async def database_for(
+    settings: Settings, *, acquire_timeout: float | None = None
+) -> AsyncIterator[Database]:
     """A pool, not yet connected, for DATABASE_URL or for an embedded server started (and
-    stopped) here; closed on the way out."""
+    stopped) here; closed on the way out. `acquire_timeout` bounds each wait for a connection
+    (the API's pool: a request that cannot get one in time is refused, 503 `overloaded`)."""
     server: Any = None
     url = settings.database_url
     if url is None:
         url, server = await asyncio.to_thread(start_embedded, settings.pgdata)
         log.info("database.embedded", pgdata=settings.pgdata)
     assert url is not None
-    db = Database(url, min_size=1, max_size=settings.pool_size)
+    db = Database(url, min_size=1, max_size=settings.pool_size, acquire_timeout=acquire_timeout)
     try:
         yield db
     finally:
@@ -276,7 +279,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         )
         await starting.setup()
         await serve_on(starting, [sock.dup() for sock in sockets])
-        async with database_for(settings) as db:
+        async with database_for(settings, acquire_timeout=settings.pool_acquire_timeout) as db:
 
             async def prepare(db: Database) -> tuple[Services, Demo]:
                 await prepare_schema(db)

@@ -25,6 +25,10 @@ ADMIN_TOKEN_VARIABLE = "DISPATCHER_ADMIN_TOKEN"
 
 T = TypeVar("T")
 
+# The default bound on API requests in progress, per connection of the pool (docs/configuration.md,
+# "Sizing the bound"): with the default pool of 10, 100 requests.
+REQUESTS_PER_CONNECTION = 10
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -38,6 +42,12 @@ class Settings:
     demo: bool = True
     pool_size: int = 10
     startup_timeout: float = 60.0
+    # Backpressure (docs/configuration.md, "Overload"): API requests in progress at most (by
+    # default REQUESTS_PER_CONNECTION per pool connection), how long one past the bound may
+    # wait for a slot, and how long a request may wait for a pool connection, before 503.
+    max_requests_in_progress: int = REQUESTS_PER_CONNECTION * 10
+    admission_timeout: float = 0.05
+    pool_acquire_timeout: float = 0.5
     # Delivery engine
     retry_schedule: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE
     request_timeout: float = 15.0
@@ -91,6 +101,13 @@ class Settings:
         read("DISPATCHER_DEMO", "demo", _on_off)
         read("DISPATCHER_POOL_SIZE", "pool_size", _int_between(2, 1000))
         read("DISPATCHER_STARTUP_TIMEOUT", "startup_timeout", _float_between(0.0, 3600.0))
+        read("DISPATCHER_MAX_REQUESTS_IN_PROGRESS", "max_requests_in_progress",
+             _int_between(1, 100_000))  # fmt: skip
+        values.setdefault(
+            "max_requests_in_progress", REQUESTS_PER_CONNECTION * values.get("pool_size", 10)
+        )
+        read("DISPATCHER_ADMISSION_TIMEOUT", "admission_timeout", _float_between(0.0, 10.0))
+        read("DISPATCHER_POOL_ACQUIRE_TIMEOUT", "pool_acquire_timeout", _float_between(0.01, 60.0))
         read("DISPATCHER_RETRY_SCHEDULE", "retry_schedule", _schedule)
         read("DISPATCHER_REQUEST_TIMEOUT", "request_timeout", _float_between(0.1, 30.0))
         read("DISPATCHER_DISABLE_AFTER", "disable_after", _float_between(0.0, 10 * 365 * 86400))

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from dispatcher import tracing
 from dispatcher.api import admin, console, demo, metrics, openapi
+from dispatcher.api.admission import ADMISSION, Admission, admission_middleware
 from dispatcher.api.context import SERVICES, Services
 from dispatcher.api.http import (
     MAX_BODY_BYTES,
@@ -27,10 +28,16 @@ def create_app(
     # set a little higher so that it never answers first with its own format.
     # Request spans only while tracing is on: off, requests pay nothing for it.
     traced = [tracing_middleware] if tracing.ENABLED else []
+    # Backpressure (api/admission.py): inside the error middleware, before anything reads the
+    # body; with the pool's bounded wait (store/database.py), what bounds the work in progress.
+    settings = services.settings
+    admission = Admission(settings.max_requests_in_progress, settings.admission_timeout)
     app = web.Application(
-        middlewares=[*traced, errors_middleware, inputs], client_max_size=MAX_BODY_BYTES + 1024
+        middlewares=[*traced, errors_middleware, admission_middleware(admission), inputs],
+        client_max_size=MAX_BODY_BYTES + 1024,
     )
     app[SERVICES] = services
+    app[ADMISSION] = admission
     # What aiohttp's HTTP parser refuses (below every middleware) gets the error shape too.
     shape_parser_errors(app)
     for table in openapi.ROUTE_TABLES:

@@ -30,6 +30,7 @@ from dispatcher.errors import (
     IdempotencyKeyReused,
     InvalidCursor,
     NotFound,
+    Overloaded,
     Unauthorized,
     ValidationFailed,
 )
@@ -39,6 +40,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 MAX_BODY_BYTES = 1024 * 1024
 REQUEST_ID_HEADER = "X-Request-Id"
+# Seconds a client is told to wait after a 503 (`unavailable`, `overloaded`): short, since
+# both pass quickly; a client that spreads its retries (jitter) helps the process recover.
+RETRY_AFTER = "1"
 TRACE = web.RequestKey("trace", str)
 WORKSPACE_ID = web.RequestKey("workspace_id", str)
 _REQUEST_ID_SHAPE = re.compile(r"^[A-Za-z0-9_\-]{8,64}$")
@@ -118,9 +122,11 @@ def from_domain(exc: DispatcherError) -> ApiError:
         return ApiError(401, "unauthorized", exc.message, headers={"WWW-Authenticate": "Bearer"})
     if isinstance(exc, Forbidden):
         return ApiError(403, "forbidden", exc.message)
+    if isinstance(exc, Overloaded):
+        return ApiError(503, "overloaded", exc.message, headers={"Retry-After": RETRY_AFTER})
     if isinstance(exc, DatabaseUnavailable):
         return ApiError(503, "unavailable", "the service is temporarily unavailable; retry shortly",
-                        headers={"Retry-After": "1"})  # fmt: skip
+                        headers={"Retry-After": RETRY_AFTER})  # fmt: skip
     return ApiError(500, "internal_error", "internal error; quote the trace id when reporting it")
 
 
@@ -161,6 +167,11 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         response = await handler(request)
     except ApiError as exc:
         response = _error_response(exc, trace)
+    except Overloaded as exc:
+        # Not an error of ours: counted, and logged as the request's line only (a flood of
+        # refusals must not become a flood of error logs).
+        metrics.API_OVERLOADED.labels(exc.reason).inc()
+        response = _error_response(from_domain(exc), trace)
     except DispatcherError as exc:
         api_error = from_domain(exc)
         if api_error.status >= 500:

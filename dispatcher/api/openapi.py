@@ -34,6 +34,7 @@ from dispatcher.api import (
     stats,
     webhooks,
 )
+from dispatcher.api.admission import EXEMPT_PATHS
 from dispatcher.api.context import PUBLIC
 from dispatcher.api.http import json_response
 from dispatcher.api.operations import Route, operation_id
@@ -76,6 +77,9 @@ ERRORS = {
     413: "body over 1 MiB",
     415: "body is not application/json",
     422: "the Idempotency-Key was already used with another request",
+    503: "overloaded (the process has as many requests in progress as it takes, or no database "
+    "connection came free in time) or the database is unavailable; nothing was changed; "
+    "`Retry-After` says when to retry",
 }
 # The admin API's refusals that differ from a workspace route's (its routes are all keyed).
 ADMIN_ERRORS = {
@@ -87,6 +91,8 @@ ADMIN_TAG = "admin"
 ANY_KEY = "Any valid API key, whatever its scopes."
 ALWAYS = (400, 413, 415)  # any route can be sent a malformed query or a body it does not take
 KEYED = (401, 403, 404)
+# Every route but the probes and /metrics can be refused as overloaded (api/admission.py).
+OVERLOAD = (503,)
 
 SchemaMode = Literal["validation", "serialization"]
 
@@ -136,7 +142,8 @@ def _responses(route: Route) -> dict[str, Any]:
         # Not described: the probes, /metrics (text) and this document.
         success["content"] = {"application/json": {"schema": {}}, "text/plain": {"schema": {}}}
     responses: dict[str, Any] = {str(operation.status): success}
-    refusals = (*ALWAYS, *_keyed_refusals(route), *operation.errors)
+    overload = () if route.path in EXEMPT_PATHS else OVERLOAD
+    refusals = (*ALWAYS, *_keyed_refusals(route), *operation.errors, *overload)
     described = {**ERRORS, **ADMIN_ERRORS} if route.admin else ERRORS
     for status in refusals:
         responses[str(status)] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
@@ -18,7 +19,7 @@ import asyncpg.pool
 import orjson
 import structlog
 
-from dispatcher.errors import DatabaseUnavailable, DispatcherError
+from dispatcher.errors import DatabaseUnavailable, DispatcherError, Overloaded
 from dispatcher.store.queries import Queries
 
 Record: TypeAlias = asyncpg.Record
@@ -56,6 +57,18 @@ UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 # given up and the connection closed instead.
 RELEASE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 10.0
+
+# Whether the task (one API request) has committed a transaction: from then on its waits for a
+# connection are no longer bounded, so that it can never be refused after it changed something
+# (see `Database.acquire`). A task copies its creator's context, so this is per request.
+_COMMITTED: contextvars.ContextVar[bool] = contextvars.ContextVar("committed", default=False)
+
+
+def start_request() -> None:
+    """Mark the running task as a request that has committed nothing yet. Called as each API
+    request starts: a server's connections run in a copy of the context the server was
+    started in, and that process had committed (its schema, the demo) before it served."""
+    _COMMITTED.set(False)
 
 
 class StoreError(DispatcherError):
@@ -158,10 +171,24 @@ class Database:
     use raises DatabaseUnavailable, exactly as during an outage.
     """
 
-    def __init__(self, url: str | None = None, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        acquire_timeout: float | None = None,
+    ) -> None:
         self._url = url
         self.min_size = min_size
         self.max_size = max_size
+        # How long a use may wait for a connection while all are taken (None: as long as it
+        # takes). The slots mirror the pool's connections: waiting for one is waiting for a
+        # connection to come free, told apart from opening one (a server that does not
+        # answer: DatabaseUnavailable), which the pool's own connect timeout bounds.
+        self.acquire_timeout = acquire_timeout
+        self._slots = asyncio.Semaphore(max_size)
+        self._waiting = 0
         self._pool: asyncpg.Pool | None = None
         self._wake_channels: set[str] = set()
         self._waker: asyncio.Task[None] | None = None
@@ -254,19 +281,45 @@ class Database:
 
     @asynccontextmanager
     async def acquire(self) -> AsyncIterator[Connection]:
+        """A connection of the pool, for the block.
+
+        With `acquire_timeout`, a use that finds every connection taken waits at most that
+        long, then raises Overloaded (the API's 503 `overloaded`): the bound applies to the
+        wait only, before the connection is handed out, never to the work done with it. A
+        task that has committed a transaction waits as long as it takes instead, so that a
+        request is never refused after it changed something.
+        """
         pool = self.pool
+        await self._take_slot()
         try:
-            conn = await pool.acquire()
-        except DRIVER_ERRORS as exc:
-            raise translate(exc) from exc
-        try:
-            yield conn
-        except DRIVER_ERRORS as exc:
-            if is_unavailable(exc):
-                terminate(conn)
-            raise translate(exc) from exc
+            try:
+                conn = await pool.acquire()
+            except DRIVER_ERRORS as exc:
+                raise translate(exc) from exc
+            try:
+                yield conn
+            except DRIVER_ERRORS as exc:
+                if is_unavailable(exc):
+                    terminate(conn)
+                raise translate(exc) from exc
+            finally:
+                await self._release(pool, conn)
         finally:
-            await self._release(pool, conn)
+            self._slots.release()
+
+    async def _take_slot(self) -> None:
+        timeout = None if _COMMITTED.get() else self.acquire_timeout
+        self._waiting += 1
+        try:
+            async with asyncio.timeout(timeout):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise Overloaded(
+                f"no database connection came free within {timeout:g} s; retry shortly",
+                reason="pool",
+            ) from None
+        finally:
+            self._waiting -= 1
 
     @staticmethod
     async def _release(pool: asyncpg.Pool, conn: asyncpg.pool.PoolConnectionProxy[Record]) -> None:
@@ -283,14 +336,21 @@ class Database:
     async def transaction(self) -> AsyncIterator[Connection]:
         # A failed COMMIT or ROLLBACK reaches `acquire`, which closes a broken connection and
         # translates the error; a successful COMMIT is final whatever the release does.
-        async with self.acquire() as conn, conn.transaction():
-            yield conn
+        async with self.acquire() as conn:
+            async with conn.transaction():
+                yield conn
+            _COMMITTED.set(True)
 
     @property
     def in_use(self) -> int:
         if self._pool is None:
             return 0
         return self._pool.get_size() - self._pool.get_idle_size()
+
+    @property
+    def waiting(self) -> int:
+        """Uses waiting for a connection to come free now."""
+        return self._waiting
 
     @property
     def size(self) -> int:
