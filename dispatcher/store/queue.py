@@ -145,13 +145,12 @@ async def claim(
             visits,
         )
     claimed = [_claimed(row, now) for row in rows if row["delivery_id"] is not None]
-    visited: int = rows[0]["visited"]
-    if visited < visits:
-        # Fewer endpoints with due work from the cursor on than a claim visits: the turn ends.
-        return Claim(claimed, RING_START, True)
     if len(claimed) >= limit:
-        # Full before the ring's end: the last endpoint served may have more (revisited first).
+        # Full: the next claim goes on from the last endpoint served (which may have more).
         return Claim(claimed, Ring(max(c.webhook_id for c in claimed)), False)
+    if rows[0]["visited"] < visits:
+        # Every endpoint with queued work from the cursor on was visited: the turn ends.
+        return Claim(claimed, RING_START, True)
     return Claim(claimed, Ring(rows[0]["ring_end"]), False)
 
 

@@ -93,6 +93,8 @@ async def test_kill_nine_mid_drain_loses_nothing(
     assert set(received) == ids  # none lost
     duplicates = {d for d, n in received.items() if n > 1}
     assert duplicates <= in_flight_at_kills  # only what was in flight at a kill
+    # Never more requests in flight at an endpoint than its maxConcurrency (20), kills or not.
+    assert max(receiver.peak.values()) <= 20, receiver.peak
     print(f"\nkill -9 x{kills}: {total} delivered, {len(duplicates)} duplicates "
           f"(in flight at the kills: {len(in_flight_at_kills)})")  # fmt: skip
     assert survivor.returncode == 0

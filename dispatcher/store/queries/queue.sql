@@ -29,7 +29,8 @@ SET LOCAL enable_bitmapscan = off
 -- how many it visited, so that the engine moves its cursor on.
 WITH finishing AS (
     -- This engine's attempts that are over but not yet recorded, per endpoint: their rows
-    -- are still leased (the record needs the lease), but their slots are free again.
+    -- are still leased (the record needs the lease), but their slots are free again. (Never
+    -- more than the leases the engine holds there: it frees only its own.)
     SELECT f.webhook_id, f.n FROM unnest($5::text[], $6::int[]) AS f(webhook_id, n)
 ), saturated AS (
     -- Endpoints whose every slot is taken, across every engine (leased rows: requests in
@@ -41,7 +42,8 @@ WITH finishing AS (
     LEFT JOIN finishing f ON f.webhook_id = l.webhook_id
     WHERE l.lease_owner IS NOT NULL
     GROUP BY l.webhook_id, w.max_concurrency, f.n
-    HAVING count(*) - coalesce(f.n, 0) >= coalesce(w.max_concurrency, $4)
+    HAVING count(*) - least(coalesce(f.n, 0), count(*) FILTER (WHERE l.lease_owner = $2))
+           >= coalesce(w.max_concurrency, $4)
 ), limited AS (
     -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
     -- claim passes their backlog by too, as a saturated one's. Read through the index: only
@@ -91,7 +93,9 @@ WITH finishing AS (
 ), busy AS (
     -- Requests in flight now for the endpoints just walked (this engine's finished ones
     -- not counted).
-    SELECT l.webhook_id, count(*) - coalesce(min(f.n), 0) AS n
+    SELECT l.webhook_id,
+           count(*) - least(coalesce(min(f.n), 0), count(*) FILTER (WHERE l.lease_owner = $2))
+               AS n
     FROM delivery_queue l
     LEFT JOIN finishing f ON f.webhook_id = l.webhook_id
     WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM due)
