@@ -66,7 +66,7 @@ ENGAGED_PROBE_MAX_SECONDS = 0.02
 ENGAGED_SECONDS = 1.0
 # How often the database's one poller probes the due index: the bound on the delay of work no
 # NOTIFY announces (the SQL outbox function, retries coming due), for the whole fleet.
-POLLER_PROBE_SECONDS = 0.02
+POLLER_PROBE_SECONDS = 0.025
 
 
 class Engine:

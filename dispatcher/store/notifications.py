@@ -26,6 +26,8 @@ DELIVERIES_CHANNEL = "dispatcher_deliveries"  # new deliveries: wakes the engine
 # The session-level advisory lock whose holder is the database's one poller
 # ("dispoll" in ASCII: a key no other lock of ours uses, the same in every release).
 POLLER_LOCK = 0x64_69_73_70_6F_6C_6C
+# How long a statement on the listening connection may take (asyncpg's own timeout).
+STATEMENT_TIMEOUT = 5.0
 WATCH_ERRORS: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, TimeoutError)
 
 T = TypeVar("T")
@@ -77,29 +79,32 @@ class Listener:
 
     async def use(self, statement: Callable[[Connection], Awaitable[T]]) -> T:
         """Run `statement` on the listening connection (one at a time); DatabaseUnavailable
-        while it is not connected. Errors are translated (dispatcher.errors)."""
+        while it is not connected. Errors are translated (dispatcher.errors). The statement
+        bounds its own wait (STATEMENT_TIMEOUT): the poller runs this 40 times a second, and
+        a task per call (asyncio.wait_for) would be most of its cost."""
         async with self._using:
             conn = self._conn
             if conn is None:
                 raise DatabaseUnavailable("database unavailable: the listener is not connected")
             try:
-                return await asyncio.wait_for(statement(conn), timeout=5.0)
+                return await statement(conn)
             except DRIVER_ERRORS as exc:
                 raise translate(exc) from exc
-            except TimeoutError as exc:
-                raise DatabaseUnavailable("database unavailable: no answer in time") from exc
 
     async def try_lead(self) -> bool:
         """Take POLLER_LOCK if nobody holds it; whether this session holds it now."""
         if not self.leading:
-            self.leading = bool(
-                await self.use(lambda conn: conn.fetchval(SQL.try_lead, POLLER_LOCK))
+            held = await self.use(
+                lambda conn: conn.fetchval(SQL.try_lead, POLLER_LOCK, timeout=STATEMENT_TIMEOUT)
             )
+            self.leading = bool(held)
         return self.leading
 
     async def announce(self) -> None:
         """Wake every engine (this one too): the poller found due work."""
-        await self.use(lambda conn: conn.execute(SQL.notify, self.channel))
+        await self.use(
+            lambda conn: conn.execute(SQL.notify, self.channel, timeout=STATEMENT_TIMEOUT)
+        )
 
     async def _watch(self, lost: asyncio.Event) -> None:
         """Wait for the connection to drop; a cheap query now and then notices a dead socket."""
@@ -108,7 +113,9 @@ class Listener:
                 await asyncio.wait_for(lost.wait(), timeout=5.0)
             except TimeoutError:
                 try:
-                    await self.use(lambda conn: conn.fetchval(SQL.keepalive))
+                    await self.use(
+                        lambda conn: conn.fetchval(SQL.keepalive, timeout=STATEMENT_TIMEOUT)
+                    )
                 except DispatcherError as exc:
                     raise TimeoutError from exc
 

@@ -443,6 +443,6 @@ class DueMark(NamedTuple):
 
 async def due_mark(conn: Connection, now: datetime) -> DueMark:
     """The poller's probe (on its own connection, see notifications.Listener.use)."""
-    row = await conn.fetchrow(SQL.due_mark, now, DUE_MARK_CAP)
+    row = await conn.fetchrow(SQL.due_mark, now, DUE_MARK_CAP, timeout=5.0)
     assert row is not None
     return DueMark(int(row["n"]), row["newest"])
