@@ -20,6 +20,7 @@ ORDER = (
     "fanout",
     "backlog",
     "replicas",
+    "idle",
 )
 
 
