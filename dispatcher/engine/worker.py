@@ -2,9 +2,19 @@
 
 One claim loop per process. Attempts run as tasks; each endpoint has at most its
 `maxConcurrency` in flight across every engine, so a slow or dead endpoint holds only its own
-slots. The loop wakes on NOTIFY (new work from the API), on freed capacity, and, when idle,
-by probing the queue every few milliseconds (work that came by the SQL outbox, retries that
-became due). A heartbeat says this engine is alive and hands back dead engines' leases.
+slots. The loop wakes on NOTIFY (new work from the API, or from the poller), on freed
+capacity, and at the latest every DISPATCHER_POLL_INTERVAL. A heartbeat says this engine is
+alive and hands back dead engines' leases.
+
+Work no NOTIFY announces (the SQL outbox function, retries coming due, released leases) is
+found by ONE poller per database, not one per process (docs/scaling.md, "Idle cost"): the
+engine whose listening session holds an advisory lock probes the due index every
+POLLER_PROBE_SECONDS and NOTIFYs every engine when work became due since its last probe.
+The others only LISTEN, and try the lock once a beat, so the fleet's idle cost does not grow
+with its size, and a poller that dies is replaced within a beat. An engine that has just
+claimed work stays engaged for a moment: it probes on its own, backing off while its claims
+come back empty, so that a rate-limited endpoint's backlog flows at its rate without every
+idle engine claiming for rows it cannot take.
 """
 
 from __future__ import annotations
@@ -43,9 +53,16 @@ RECONCILE_SECONDS = 30.0
 # After a wake-up caused by finished attempts, wait this long so that one claim picks up
 # the slots of many finished attempts instead of one claim per attempt.
 COALESCE_SECONDS = 0.002
-# How often an idle engine asks whether anything is due (one index probe): the bound on the
-# delay of work no NOTIFY announces (the SQL outbox function, retries coming due).
+# How often an engaged engine (one whose claim took work in the last ENGAGED_SECONDS, or one
+# without a listener) asks whether anything is due (one index probe); after each claim that
+# came back empty it asks half as often, down to ENGAGED_PROBE_MAX_SECONDS (under the rate
+# limiter's 30 ms catch-up, so that a limited endpoint's backlog still flows at its rate).
 IDLE_PROBE_SECONDS = 0.005
+ENGAGED_PROBE_MAX_SECONDS = 0.02
+ENGAGED_SECONDS = 1.0
+# How often the database's one poller probes the due index: the bound on the delay of work no
+# NOTIFY announces (the SQL outbox function, retries coming due), for the whole fleet.
+POLLER_PROBE_SECONDS = 0.025
 
 
 class Engine:
@@ -96,6 +113,11 @@ class Engine:
         self.reconcile_every = RECONCILE_SECONDS
         self._reconcile_at = 0.0  # loop time; 0: at the first claim, and after a failed one
         self.reconciliations = 0  # how many ran (for tests and debugging)
+        self.poller_probe = POLLER_PROBE_SECONDS
+        # How often an engine that is not the poller tries to become it: once a beat.
+        self.lead_retry = min(1.0, settings.heartbeat_timeout / 3)
+        self._engaged_until = 0.0  # loop time: probe on our own until then
+        self._empty_claims = 0  # claims in a row that took nothing (the engaged backoff)
         self.running = False
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -116,6 +138,7 @@ class Engine:
         ]
         if self.listener is not None:
             self._tasks.append(asyncio.create_task(self.listener.run(), name="engine-listener"))
+            self._tasks.append(asyncio.create_task(self._poll(), name="engine-poller"))
         self.running = True
         metrics.ENGINE_RUNNING.set(1)
         # Computed when scraped, not on every attempt (the hot path stays free of them).
@@ -186,6 +209,11 @@ class Engine:
         return len(self._in_flight)
 
     @property
+    def polling(self) -> bool:
+        """Whether this engine is the database's poller now."""
+        return self.listener is not None and self.listener.leading
+
+    @property
     def tasks(self) -> list[asyncio.Task[None]]:
         """The engine's long-running tasks, for the process's supervisor: each runs until
         `stop`; one that ends sooner is a fault (dispatcher/supervision.py)."""
@@ -239,15 +267,20 @@ class Engine:
             log.warning("engine.leases_reclaimed", count=released)
 
     async def _idle_wait(self) -> None:
-        """Until woken (NOTIFY, freed capacity), or the probe finds due work, or the poll
-        interval ends."""
+        """Until woken (NOTIFY, freed capacity) or the poll interval ends; an engaged engine
+        (or one without a listener) also probes the queue and claims when something is due."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.poll_interval
         while not self._stopping:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
-            if await self._woken(min(IDLE_PROBE_SECONDS, remaining)):
+            if self.listener is not None and loop.time() >= self._engaged_until:
+                # Idle: only a wake-up (the poller's included) or the poll interval ends it.
+                await self._woken(remaining)
+                return
+            backoff = min(IDLE_PROBE_SECONDS * 2**self._empty_claims, ENGAGED_PROBE_MAX_SECONDS)
+            if await self._woken(min(backoff, remaining)):
                 return
             if len(self._in_flight) >= self.settings.max_in_flight:
                 continue  # no room: a finished attempt will wake the loop
@@ -256,6 +289,34 @@ class Engine:
                     return
             except DispatcherError:
                 return  # the claim reports and backs off
+
+    async def _poll(self) -> None:
+        """Be the database's one poller when no other engine is: take the advisory lock on
+        the listening session (tried once a beat); while holding it, probe the due index
+        every `poller_probe` seconds and wake every engine when work became due since the
+        last probe (`DueMark.announces`): not again for a backlog nobody can claim now."""
+        assert self.listener is not None
+        listener = self.listener
+        previous: queue.DueMark | None = None
+        while True:
+            if not listener.leading:
+                previous = None
+                try:
+                    if await listener.try_lead():
+                        log.info("engine.polling", owner=self.owner)
+                        continue
+                except DispatcherError as exc:
+                    log.debug("engine.poller_lock_failed", error=str(exc))
+                await asyncio.sleep(self.lead_retry)
+                continue
+            await asyncio.sleep(self.poller_probe)
+            try:
+                mark = await listener.use(lambda conn: queue.due_mark(conn, self.clock.now()))
+                if mark.announces(previous):
+                    await listener.announce()
+                previous = mark
+            except DispatcherError as exc:  # the listener reconnects; the lock is lost then
+                log.debug("engine.poller_probe_failed", error=str(exc))
 
     async def _woken(self, seconds: float) -> bool:
         try:
@@ -313,6 +374,11 @@ class Engine:
             if from_start or not claim.wrapped or len(rows) >= asked:
                 break
         took = time.perf_counter() - started
+        if rows:
+            self._engaged_until = asyncio.get_running_loop().time() + ENGAGED_SECONDS
+            self._empty_claims = 0
+        else:
+            self._empty_claims = min(self._empty_claims + 1, 8)
         metrics.CLAIM_DURATION.observe(took)
         metrics.CLAIM_BATCH.observe(len(rows))
         metrics.ENGINE_LAST_CLAIM.set(time.time())

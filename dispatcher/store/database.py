@@ -31,6 +31,7 @@ log = structlog.get_logger("dispatcher.store")
 class SQL(Queries, file="notifications.sql"):
     notify: str
     keepalive: str
+    try_lead: str
 
 
 # Errors that mean "the server is not there (right now)", as opposed to a bad statement.

@@ -61,6 +61,7 @@ class SQL(Queries, file="queue.sql"):
     release_unheld: str
     due_summary: str
     any_due: str
+    due_mark: str
 
 
 # tests/scale/test_hot_path.py EXPLAINs the claim under these names.
@@ -430,3 +431,32 @@ async def any_due(db: Database, now: datetime) -> bool:
     that a delivery made due by any door, even the SQL outbox, starts within milliseconds."""
     async with db.acquire() as conn:
         return bool(await conn.fetchval(SQL.any_due, now))
+
+
+# How many of the newest due rows the poller's probe counts (its cost with a backlog).
+DUE_MARK_CAP = 100
+
+
+class DueMark(NamedTuple):
+    """What the poller saw due at one probe: how many (up to DUE_MARK_CAP), the newest."""
+
+    due: int
+    newest: datetime | None
+
+    def announces(self, previous: DueMark | None) -> bool:
+        """Whether work became due since `previous`: more rows, or a newer one. Rows claimed
+        meanwhile can hide a newcomer from the count but not from the newest; a long
+        transaction's commit, due before the newest, from the newest but not from the count
+        (below the cap). What both miss waits for an engine's next full claim."""
+        if self.due == 0 or self.newest is None:
+            return False
+        if previous is None or previous.newest is None:
+            return True
+        return self.due > previous.due or self.newest > previous.newest
+
+
+async def due_mark(conn: Connection, now: datetime) -> DueMark:
+    """The poller's probe (on its own connection, see notifications.Listener.use)."""
+    row = await conn.fetchrow(SQL.due_mark, now, DUE_MARK_CAP, timeout=5.0)
+    assert row is not None
+    return DueMark(int(row["n"]), row["newest"])

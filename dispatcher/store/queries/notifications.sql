@@ -8,3 +8,8 @@ SELECT pg_notify($1, '')
 -- name: keepalive
 -- A cheap round trip that notices a dead connection.
 SELECT 1
+
+-- name: try_lead
+-- Take the session-level advisory lock $1 if it is free (never waits); whether this session
+-- holds it. Held until the session ends: the engines' poller election (notifications.py).
+SELECT pg_try_advisory_lock($1)

@@ -431,3 +431,12 @@ SELECT count(*) AS n, min(due_at) AS oldest FROM (
 -- Whether any unleased row is due at $1, reading one index entry: the probe an idle engine sends
 -- often, so that a delivery made due by any door (even the SQL outbox) starts at once.
 SELECT EXISTS (SELECT 1 FROM delivery_queue WHERE due_at <= $1 AND lease_owner IS NULL)
+
+-- name: due_mark
+-- What is due at $1, as the poller compares it from one probe to the next: how many rows (of
+-- the newest $2, read backwards through the due index from $1) and the newest due time. Work
+-- that became due since the last probe raises one or the other; a backlog nobody can claim now
+-- (endpoints at their limits) changes neither.
+SELECT count(*) AS n, max(due_at) AS newest FROM (
+    SELECT due_at FROM delivery_queue WHERE due_at <= $1
+    ORDER BY due_at DESC LIMIT $2) due
