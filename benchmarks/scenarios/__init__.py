@@ -21,6 +21,8 @@ ORDER = (
     "backlog",
     "replicas",
     "hotspots",
+    "fairness",
+    "overload",
     "idle",
 )
 
