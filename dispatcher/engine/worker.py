@@ -26,7 +26,8 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection
-from datetime import datetime
+from datetime import UTC, datetime
+from functools import partial
 
 import structlog
 
@@ -63,6 +64,8 @@ ENGAGED_SECONDS = 1.0
 # How often the database's one poller probes the due index: the bound on the delay of work no
 # NOTIFY announces (the SQL outbox function, retries coming due), for the whole fleet.
 POLLER_PROBE_SECONDS = 0.025
+# How long one of the poller's waits in the database lasts at most (a round trip per wait).
+POLLER_WAIT_SECONDS = 1.0
 
 
 class Engine:
@@ -294,7 +297,9 @@ class Engine:
         """Be the database's one poller when no other engine is: take the advisory lock on
         the listening session (tried once a beat); while holding it, probe the due index
         every `poller_probe` seconds and wake every engine when work became due since the
-        last probe (`DueMark.announces`): not again for a backlog nobody can claim now."""
+        last probe (`DueMark.announces`): not again for a backlog nobody can claim now. The
+        probes run in the database (`queue.watch_due`): one round trip a second while nothing
+        changes."""
         assert self.listener is not None
         listener = self.listener
         previous: queue.DueMark | None = None
@@ -309,14 +314,18 @@ class Engine:
                     log.debug("engine.poller_lock_failed", error=str(exc))
                 await asyncio.sleep(self.lead_retry)
                 continue
-            await asyncio.sleep(self.poller_probe)
             try:
-                mark = await listener.use(lambda conn: queue.due_mark(conn, self.clock.now()))
+                watch = partial(
+                    queue.watch_due, seen=previous, skew=self.clock.now() - datetime.now(UTC),
+                    probe_seconds=self.poller_probe, for_seconds=POLLER_WAIT_SECONDS,
+                )  # fmt: skip
+                mark = await listener.use(watch)
                 if mark.announces(previous):
                     await listener.announce()
                 previous = mark
             except DispatcherError as exc:  # the listener reconnects; the lock is lost then
                 log.debug("engine.poller_probe_failed", error=str(exc))
+                await asyncio.sleep(self.poller_probe)
 
     async def _woken(self, seconds: float) -> bool:
         try:

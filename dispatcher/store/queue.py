@@ -61,7 +61,7 @@ class SQL(Queries, file="queue.sql"):
     release_unheld: str
     due_summary: str
     any_due: str
-    due_mark: str
+    watch_due: str
 
 
 # tests/scale/test_hot_path.py EXPLAINs the claim under these names.
@@ -455,8 +455,22 @@ class DueMark(NamedTuple):
         return self.due > previous.due or self.newest > previous.newest
 
 
-async def due_mark(conn: Connection, now: datetime) -> DueMark:
-    """The poller's probe (on its own connection, see notifications.Listener.use)."""
-    row = await conn.fetchrow(SQL.due_mark, now, DUE_MARK_CAP, timeout=5.0)
+async def watch_due(
+    conn: Connection,
+    seen: DueMark | None,
+    *,
+    skew: timedelta,
+    probe_seconds: float,
+    for_seconds: float,
+) -> DueMark:
+    """The poller's wait, on its own connection (see notifications.Listener.use): probes in
+    the database every `probe_seconds`, and answers what is due once it differs from `seen`,
+    or after `for_seconds` (one round trip a second while nothing changes). `skew`: how far
+    the engine's clock is from the database's (a test's clock)."""
+    due, newest = (None, None) if seen is None else seen
+    row = await conn.fetchrow(
+        SQL.watch_due, due, newest, skew, probe_seconds, for_seconds, DUE_MARK_CAP,
+        timeout=for_seconds + 5.0,
+    )  # fmt: skip
     assert row is not None
-    return DueMark(int(row["n"]), row["newest"])
+    return DueMark(int(row["due"]), row["newest"])

@@ -432,11 +432,8 @@ SELECT count(*) AS n, min(due_at) AS oldest FROM (
 -- often, so that a delivery made due by any door (even the SQL outbox) starts at once.
 SELECT EXISTS (SELECT 1 FROM delivery_queue WHERE due_at <= $1 AND lease_owner IS NULL)
 
--- name: due_mark
--- What is due at $1, as the poller compares it from one probe to the next: how many rows (of
--- the newest $2, read backwards through the due index from $1) and the newest due time. Work
--- that became due since the last probe raises one or the other; a backlog nobody can claim now
--- (endpoints at their limits) changes neither.
-SELECT count(*) AS n, max(due_at) AS newest FROM (
-    SELECT due_at FROM delivery_queue WHERE due_at <= $1
-    ORDER BY due_at DESC LIMIT $2) due
+-- name: watch_due
+-- The poller's wait (dispatcher_watch_due in schema.sql): what is due once it differs from what
+-- the poller saw last ($1 rows, $2 the newest due time), or after $5 seconds, probing every $4
+-- seconds at the database's clock plus $3; counting at most the newest $6 due rows.
+SELECT due, newest FROM dispatcher_watch_due($1, $2, $3, $4, $5, $6)
