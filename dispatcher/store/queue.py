@@ -48,6 +48,7 @@ from dispatcher.store.queries import Queries
 
 class SQL(Queries, file="queue.sql"):
     index_walks_only: str
+    lease_unflushed: str
     claim: str
     record: str
     update_failure_clocks: str
@@ -133,7 +134,7 @@ async def claim(
     done = finishing or {}
     visits = max(limit, RING_VISITS)
     async with db.transaction() as conn:
-        await conn.execute(SQL.index_walks_only)
+        await conn.execute(f"{SQL.index_walks_only};\n{SQL.lease_unflushed}")  # one round trip
         rows = await conn.fetch(
             SQL.claim,
             now,
