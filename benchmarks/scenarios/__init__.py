@@ -21,6 +21,7 @@ ORDER = (
     "backlog",
     "replicas",
     "hotspots",
+    "publish",
 )
 
 
