@@ -340,6 +340,9 @@ def _nul_path(value: Any, path: str) -> str | None:
 # it), then white space, then `:`. Inside a string a `"` is always escaped, so this is found
 # once per key of the text, and nowhere else.
 _KEY_END = re.compile(rb'(\\*)"[ \t\r\n]*:')
+# The same in a text without backslashes: a pattern that starts with its literal is searched
+# for, instead of tried at every byte.
+_PLAIN_KEY_END = re.compile(rb'"[ \t\r\n]*:')
 
 
 def _key_count(value: Any) -> int:
@@ -356,7 +359,10 @@ def _may_repeat_keys(raw: bytes, data: Any) -> bool:
     (a repeated key leaves the parsed object with fewer). A scan, not a second parse: most of
     the cost of reading a body was the stdlib parse of `_has_duplicate_keys`, now run only
     when the counts differ."""
-    written = sum(len(m.group(1)) % 2 == 0 for m in _KEY_END.finditer(raw))
+    if b"\\" not in raw:  # no escapes: every quote before a colon ends a key
+        written = len(_PLAIN_KEY_END.findall(raw))
+    else:
+        written = sum(len(m.group(1)) % 2 == 0 for m in _KEY_END.finditer(raw))
     return written != _key_count(data)
 
 
