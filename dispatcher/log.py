@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import MutableMapping
@@ -16,10 +17,17 @@ _SECRET_KEYS = ("secret", "password", "authorization", "api_key", "key", "token"
 def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Last line of defence: values under secret-sounding keys never reach the output."""
     for name in list(event):
-        lowered = name.lower()
-        if any(part == lowered or lowered.endswith("_" + part) for part in _SECRET_KEYS):
+        if _secret_sounding(name):
             event[name] = "***"
     return event
+
+
+@functools.lru_cache(maxsize=1024)
+def _secret_sounding(name: str) -> bool:
+    """Whether values under `name` are redacted: decided once per field name (the names are
+    the code's, a small set), not at every event."""
+    lowered = name.lower()
+    return any(part == lowered or lowered.endswith("_" + part) for part in _SECRET_KEYS)
 
 
 def _json_line(event: Any, **_: Any) -> str:
