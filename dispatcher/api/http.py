@@ -345,13 +345,26 @@ _KEY_END = re.compile(rb'(\\*)"[ \t\r\n]*:')
 _PLAIN_KEY_END = re.compile(rb'"[ \t\r\n]*:')
 
 
-def _key_count(value: Any) -> int:
-    """Keys in a parsed JSON value, every object's at every depth."""
-    if isinstance(value, dict):
-        return len(value) + sum(_key_count(item) for item in value.values())
-    if isinstance(value, list):
-        return sum(_key_count(item) for item in value)
-    return 0
+# Deeper than this, the fast count steps aside: the full check decides, as it always did (it
+# refuses a body nested past the interpreter's recursion limit).
+_COUNTED_DEPTH = 200
+
+
+def _key_count(value: Any) -> int | None:
+    """Keys in a parsed JSON value, every object's at every depth (None: nested deeper than
+    `_COUNTED_DEPTH`). Iterative: a body's depth is the sender's to choose."""
+    count = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > _COUNTED_DEPTH:
+            return None
+        if isinstance(item, dict):
+            count += len(item)
+            stack.extend((inner, depth + 1) for inner in item.values())
+        elif isinstance(item, list):
+            stack.extend((inner, depth + 1) for inner in item)
+    return count
 
 
 def _may_repeat_keys(raw: bytes, data: Any) -> bool:
@@ -363,7 +376,8 @@ def _may_repeat_keys(raw: bytes, data: Any) -> bool:
         written = len(_PLAIN_KEY_END.findall(raw))
     else:
         written = sum(len(m.group(1)) % 2 == 0 for m in _KEY_END.finditer(raw))
-    return written != _key_count(data)
+    counted = _key_count(data)
+    return counted is None or written != counted
 
 
 def _has_duplicate_keys(raw: bytes) -> bool:
