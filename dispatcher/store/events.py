@@ -170,6 +170,10 @@ async def publish(
     creates nothing, if the request's fingerprint is the first one's; another request under
     the key raises IdempotencyKeyReused (and creates nothing). Events stored before
     fingerprints existed (NULL) replay whatever the request, as they did then.
+
+    Without a key, the event is stored with the publishes in progress beside it, in one
+    statement and one commit, at the latest of their `now`s (store/publish_batcher.py); this
+    returns once that commit is done.
     """
     if idempotency_key is None and not tracing.ENABLED:
         # Without a key, the event shares a statement and a commit with the publishes in
