@@ -43,6 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="profile one drain with py-spy into results/profile.md (default: on in full runs)",
     )
+    parser.add_argument(
+        "--profile-publish",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="sample serve with py-spy in scenario publish (flame graphs; default: full runs)",
+    )
     parser.add_argument("--results-dir", type=Path, default=None)
     parser.add_argument("--pgdata", type=Path, default=WORK / "pgdata")
     parser.add_argument("--keep-databases", action="store_true", help="do not drop them")
@@ -88,6 +94,10 @@ async def main(args: argparse.Namespace) -> int:
     )
     run.options["keep_databases"] = args.keep_databases
     run.options["backlog"] = args.backlog
+    # Scenario `publish` samples serve with py-spy after its measured runs (flame graphs).
+    run.options["profile_publish"] = (
+        args.profile_publish if args.profile_publish is not None else not args.quick
+    )
     failed = []
     # SIGTERM ends the run like Ctrl-C does: through the finally below, which stops every child.
     main_task = asyncio.current_task()

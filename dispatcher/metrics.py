@@ -72,6 +72,11 @@ EVENTS_PUBLISHED = Counter(
 FANNED_OUT = Counter(
     "dispatcher_deliveries_fanned_out_total", "Deliveries created by fan-out in this process."
 )
+PUBLISH_BATCH_SIZE = Histogram(
+    "dispatcher_publish_batch_size",
+    "POST /v1/events publishes stored per shared statement and commit (store/publish_batcher.py).",
+    buckets=BATCH_BUCKETS,
+)
 
 # Queue
 QUEUE_DUE = Gauge("dispatcher_queue_due_deliveries", "Deliveries due now and not claimed.")

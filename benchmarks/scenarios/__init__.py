@@ -24,6 +24,7 @@ ORDER = (
     "fairness",
     "overload",
     "idle",
+    "publish",
 )
 
 

@@ -6,7 +6,9 @@ runs (see ShapedErrorProtocol).
 
 from __future__ import annotations
 
+import functools
 import json
+import random
 import re
 import time
 import uuid
@@ -144,7 +146,8 @@ def _from_http(exc: web.HTTPException) -> ApiError:
 
 def _request_id(request: web.Request) -> str:
     incoming = request.headers.get(REQUEST_ID_HEADER, "")
-    return incoming if _REQUEST_ID_SHAPE.match(incoming) else uuid.uuid4().hex
+    # A fresh id is a label for logs, not a secret: 128 random bits without a system call.
+    return incoming if _REQUEST_ID_SHAPE.match(incoming) else f"{random.getrandbits(128):032x}"
 
 
 def route_template(request: web.Request) -> str:
@@ -152,6 +155,16 @@ def route_template(request: web.Request) -> str:
     info = request.match_info
     resource = info.route.resource if info is not None and info.route is not None else None
     return resource.canonical if resource is not None else "unmatched"
+
+
+@functools.cache
+def _request_metrics(route: str, method: str, status: int) -> tuple[Any, Any]:
+    """The request's counter and histogram, by its labels: found once per route template,
+    method and status (a bounded set: templates, not paths), not at every request."""
+    return (
+        metrics.HTTP_REQUESTS.labels(route, method, str(status)),
+        metrics.HTTP_DURATION.labels(route, method),
+    )
 
 
 @web.middleware
@@ -187,8 +200,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     response.headers[REQUEST_ID_HEADER] = trace
     elapsed = time.perf_counter() - started
     route = route_template(request)
-    metrics.HTTP_REQUESTS.labels(route, request.method, str(response.status)).inc()
-    metrics.HTTP_DURATION.labels(route, request.method).observe(elapsed)
+    counted, timed = _request_metrics(route, request.method, response.status)
+    counted.inc()
+    timed.observe(elapsed)
     log.info(
         "api.request",
         method=request.method,
@@ -294,7 +308,7 @@ def _decode(raw: bytes) -> Any:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc.msg}") from exc
-    if isinstance(data, dict | list) and _has_duplicate_keys(raw):
+    if isinstance(data, dict | list) and _may_repeat_keys(raw, data) and _has_duplicate_keys(raw):
         raise ApiError(400, "invalid_json", "the body repeats a key in one object")
     if b"u0000" in raw:
         path = _nul_path(data, "body")
@@ -320,6 +334,50 @@ def _nul_path(value: Any, path: str) -> str | None:
             if found is not None:
                 return found
     return None
+
+
+# A key's closing quote and its colon: a `"` not escaped (an even run of backslashes before
+# it), then white space, then `:`. Inside a string a `"` is always escaped, so this is found
+# once per key of the text, and nowhere else.
+_KEY_END = re.compile(rb'(\\*)"[ \t\r\n]*:')
+# The same in a text without backslashes: a pattern that starts with its literal is searched
+# for, instead of tried at every byte.
+_PLAIN_KEY_END = re.compile(rb'"[ \t\r\n]*:')
+
+
+# Deeper than this, the fast count steps aside: the full check decides, as it always did (it
+# refuses a body nested past the interpreter's recursion limit).
+_COUNTED_DEPTH = 200
+
+
+def _key_count(value: Any) -> int | None:
+    """Keys in a parsed JSON value, every object's at every depth (None: nested deeper than
+    `_COUNTED_DEPTH`). Iterative: a body's depth is the sender's to choose."""
+    count = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > _COUNTED_DEPTH:
+            return None
+        if isinstance(item, dict):
+            count += len(item)
+            stack.extend((inner, depth + 1) for inner in item.values())
+        elif isinstance(item, list):
+            stack.extend((inner, depth + 1) for inner in item)
+    return count
+
+
+def _may_repeat_keys(raw: bytes, data: Any) -> bool:
+    """False when the text has exactly as many keys as the parsed value: nothing repeated
+    (a repeated key leaves the parsed object with fewer). A scan, not a second parse: most of
+    the cost of reading a body was the stdlib parse of `_has_duplicate_keys`, now run only
+    when the counts differ."""
+    if b"\\" not in raw:  # no escapes: every quote before a colon ends a key
+        written = len(_PLAIN_KEY_END.findall(raw))
+    else:
+        written = sum(len(m.group(1)) % 2 == 0 for m in _KEY_END.finditer(raw))
+    counted = _key_count(data)
+    return counted is None or written != counted
 
 
 def _has_duplicate_keys(raw: bytes) -> bool:

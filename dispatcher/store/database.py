@@ -310,6 +310,11 @@ class Database:
 
     async def _take_slot(self) -> None:
         timeout = None if _COMMITTED.get() else self.acquire_timeout
+        if timeout is None or not self._slots.locked():
+            # A free slot, or no bound: no timer to arm (one per use otherwise, a cost
+            # every statement paid).
+            await self._slots.acquire()
+            return
         self._waiting += 1
         try:
             async with asyncio.timeout(timeout):

@@ -6,9 +6,11 @@ statements are in queries/events.sql."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import orjson
@@ -19,6 +21,7 @@ from dispatcher.store.database import Connection, Database
 from dispatcher.store.idempotency import IDEMPOTENCY_WINDOW, check_replay
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
+from dispatcher.store.publish_batcher import PublishBatcher
 from dispatcher.store.queries import Queries
 from dispatcher.store.rows import EventRow, fetch_row
 
@@ -167,9 +170,19 @@ async def publish(
     creates nothing, if the request's fingerprint is the first one's; another request under
     the key raises IdempotencyKeyReused (and creates nothing). Events stored before
     fingerprints existed (NULL) replay whatever the request, as they did then.
+
+    Without a key, the event is stored with the publishes in progress beside it, in one
+    statement and one commit, at the latest of their `now`s (store/publish_batcher.py); this
+    returns once that commit is done.
     """
-    # Without a key, publishing is one statement (one round trip, one commit); with one, the
-    # lookup and the insert share a transaction under the key's advisory lock.
+    if idempotency_key is None and not tracing.ENABLED:
+        # Without a key, the event shares a statement and a commit with the publishes in
+        # progress beside it (store/publish_batcher.py). (While tracing, each is stored alone,
+        # under its own request's span.)
+        event = NewEvent(workspace_id, event_type, number_id, data, ordering_key=ordering_key)
+        return await _batcher(db).publish(event, now, partial(_write_gathering, db)), True
+    # With a key, the lookup and the insert share a transaction under the key's advisory lock;
+    # without one, one statement (one round trip, one commit).
     session = db.acquire() if idempotency_key is None else db.transaction()
     async with session as conn:
         if idempotency_key is not None:
@@ -183,7 +196,7 @@ async def publish(
             if existing is not None:
                 check_replay(existing["request_fingerprint"], fingerprint)
                 return existing["payload"], False
-        _, payload, _ = await append_event(
+        _, payload, fanned = await append_event(
             conn,
             workspace_id=workspace_id,
             event_type=event_type,
@@ -195,8 +208,36 @@ async def publish(
             fingerprint=fingerprint,
             ordering_key=ordering_key,
         )
-    db.wake(DELIVERIES_CHANNEL)
+    if fanned:
+        # Only deliveries are work for the engines: a publish nobody hears wakes nobody.
+        db.wake(DELIVERIES_CHANNEL)
     return payload, True
+
+
+# One batcher per pool (the statements it runs take that pool's connections).
+_BATCHERS: weakref.WeakKeyDictionary[Database, PublishBatcher[NewEvent]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _batcher(db: Database) -> PublishBatcher[NewEvent]:
+    batcher = _BATCHERS.get(db)
+    if batcher is None:
+        batcher = _BATCHERS[db] = PublishBatcher()
+    return batcher
+
+
+async def _write_gathering(
+    db: Database, events: Sequence[NewEvent], created_at: datetime
+) -> list[str]:
+    """The batcher's write: the gathered events in one statement, atomic on its own (one
+    commit), at `created_at`; each one's payload, in order. The engines are woken when any
+    made a delivery."""
+    async with db.acquire() as conn:
+        appended = await _append_many(conn, events, source="api", created_at=created_at)
+    if any(fanned for _, fanned in appended):
+        db.wake(DELIVERIES_CHANNEL)
+    return [payload for payload, _ in appended]
 
 
 async def publish_batch(
@@ -229,11 +270,12 @@ async def publish_batch(
                     check_replay(existing["request_fingerprint"], event.fingerprint, item=item)
                     replayed[item] = existing["payload"]
         new = [event for item, event in enumerate(events) if item not in replayed]
-        appended = iter(await _append_many(conn, new, source="api", created_at=now))
-    if new:
+        appended = await _append_many(conn, new, source="api", created_at=now)
+    if any(fanned for _, fanned in appended):
         db.wake(DELIVERIES_CHANNEL)
+    made = iter(appended)
     return [
-        (replayed[item], False) if item in replayed else (next(appended)[0], True)
+        (replayed[item], False) if item in replayed else (next(made)[0], True)
         for item in range(len(events))
     ]
 

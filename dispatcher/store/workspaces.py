@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -207,15 +208,33 @@ async def find_numbers(
     interface takes either, as a message's `from`). Ids and E.164 forms never look alike
     (`PN…` against `+…`), so one statement matches both.
     """
+    known = _NUMBERS.setdefault(db, {})
+    cached = {ref: known[workspace_id, ref] for ref in refs if (workspace_id, ref) in known}
+    cached = {ref: n for ref, n in cached.items() if e164 or ref == n.id}
+    if len(cached) == len(refs):
+        return cached
     async with db.acquire() as conn:
         rows = await conn.fetch(SQL.find_numbers, workspace_id, list(refs), e164)
     found: dict[str, PhoneNumber] = {}
+    if len(known) >= MAX_KNOWN_NUMBERS:
+        known.clear()
     for row in rows:
         number = PhoneNumber(row["id"], row["number"])
         found[number.id] = number
+        known[workspace_id, number.id] = known[workspace_id, number.number] = number
         if e164:
             found[number.number] = number
     return {ref: found[ref] for ref in refs if ref in found}
+
+
+# A number is its workspace's for good: nothing moves, renumbers or deletes one (the schema's
+# statements only insert them). So a number once found is kept, per pool, and the lookup every
+# POST /v1/messages (its `from`) and POST /v1/events with a `numberId` starts with costs no
+# statement the next time; a ref not found is looked up every time (it may be added later).
+_NUMBERS: weakref.WeakKeyDictionary[Database, dict[tuple[str, str], PhoneNumber]] = (
+    weakref.WeakKeyDictionary()
+)
+MAX_KNOWN_NUMBERS = 10_000
 
 
 @dataclass(frozen=True)

@@ -135,3 +135,31 @@ async def test_health_probes_need_no_key(client: TestClient[Any, Any]) -> None:
     ready = await client.get("/readyz")
     assert ready.status == 200
     assert (await ready.json())["checks"] == {"database": True, "schema": True}
+
+
+async def test_a_repeated_key_is_400_however_it_is_spelled_and_stores_nothing(
+    client: TestClient[Any, Any], ws: Workspace
+) -> None:
+    repeated = (
+        b'{"type":"contact.updated","data":{"id":"CT1","id":"CT2"}}',
+        b'{"type":"contact.updated","data":{"id":"CT1"},"type" :"contact.deleted"}',
+        b'{"type":"contact.updated","data":{"id":"CT1","x":"a\\":b","x"\n:1}}',
+        b'{"type":"contact.updated","data":{"a\\\\":1,"a\\\\" : 2}}',
+    )
+    for raw in repeated:
+        resp = await client.post(
+            "/v1/events", data=raw, headers={**ws.headers, "Content-Type": "application/json"}
+        )
+        assert resp.status == 400, raw
+        assert_error(await resp.json(), 400, "invalid_json")
+    listed = await client.get("/v1/events", headers=ws.headers)
+    assert (await listed.json())["data"] == []
+    # A quote and a colon inside a string are no key: these bodies repeat nothing.
+    for raw in (
+        b'{"type":"contact.updated","data":{"id":"CT1","note":"say \\":\\" twice"}}',
+        b'{"type" : "contact.updated", "data" : {"id" : "CT1", "x\\\\" : "\\\\"}}',
+    ):
+        resp = await client.post(
+            "/v1/events", data=raw, headers={**ws.headers, "Content-Type": "application/json"}
+        )
+        assert resp.status == 202, (raw, await resp.text())
