@@ -17,6 +17,11 @@ from typing import Any
 GRAPHILE_CONCURRENCY = (10, 50, 100, 200)
 GRAPHILE_LOCAL_QUEUE = (-1, 50, 500)
 GRAPHILE_BATCH_DELAY_MS = (-1, 10)
+# Graphile warns when its pool (`maxPoolSize`, default 10) is smaller than the concurrency:
+# without a local queue every running job fetches and completes on a connection of its own.
+# The pool follows the concurrency up to 50, half of Postgres' default max_connections (100),
+# which the harness and the server's other databases share.
+GRAPHILE_MAX_POOL_SIZE = 50
 
 
 def graphile_grid(
@@ -24,9 +29,15 @@ def graphile_grid(
     local_queue: Sequence[int] = GRAPHILE_LOCAL_QUEUE,
     batch_delay_ms: Sequence[int] = GRAPHILE_BATCH_DELAY_MS,
 ) -> list[dict[str, int]]:
-    """Every combination of the knobs, in the order they run (concurrency outermost)."""
+    """Every combination of the knobs, in the order they run (concurrency outermost), each
+    with the pool size that goes with its concurrency."""
     return [
-        {"concurrency": c, "local_queue": q, "batch_delay_ms": d}
+        {
+            "concurrency": c,
+            "local_queue": q,
+            "batch_delay_ms": d,
+            "max_pool_size": min(c, GRAPHILE_MAX_POOL_SIZE),
+        }
         for c, q, d in itertools.product(concurrency, local_queue, batch_delay_ms)
     ]
 

@@ -59,9 +59,6 @@ BATCH_SIZES = (10, 50, 100, 500)
 CONCURRENCY_LIMITS = (0, 100)  # 0: no limit (PgQueuer's default)
 GRAPHILE_DIR = ROOT / "peer_graphile"
 GRAPHILE_SCRIPT = str(GRAPHILE_DIR / "peer.js")
-# Graphile's pool for the worker's own queries (fetch, complete): its default is 10, which
-# 200 workers fetching one job each would queue on; sized like dispatcher's pool instead.
-GRAPHILE_MAX_POOL_SIZE = 20
 
 
 def label(point: dict[str, Any]) -> str:
@@ -244,7 +241,13 @@ async def pgqueuer_drain(
 
 
 async def graphile_drain(
-    r: Run, sink: Sink, n: int, concurrency: int, local_queue: int, batch_delay_ms: int
+    r: Run,
+    sink: Sink,
+    n: int,
+    concurrency: int,
+    local_queue: int,
+    batch_delay_ms: int,
+    max_pool_size: int,
 ) -> dict[str, Any]:
     """One Graphile Worker point: a new database, Graphile's migrations, n jobs added in bulk,
     one `node peer.js work` process with these knobs, timed."""
@@ -270,7 +273,7 @@ async def graphile_drain(
         started_load = loadavg()
         args = [GRAPHILE_SCRIPT, "work", "--dsn", dsn, "--concurrency", str(concurrency)]
         args += ["--local-queue", str(local_queue), "--batch-delay", str(batch_delay_ms)]
-        args += ["--max-pool-size", str(GRAPHILE_MAX_POOL_SIZE)]
+        args += ["--max-pool-size", str(max_pool_size)]
         proc = start_process(r, f"peer-{tag}", args, executable=[node_binary()])
         # The table under Graphile's `jobs` view: a finished job is deleted from it (once its
         # completion batch is flushed, when batching is on).
@@ -288,6 +291,7 @@ async def graphile_drain(
             "concurrency": concurrency,
             "local_queue": local_queue,
             "batch_delay_ms": batch_delay_ms,
+            "max_pool_size": max_pool_size,
             **timed,
             "enqueue_seconds": round(enqueue_s, 3),
             "loadavg": started_load,
@@ -333,7 +337,13 @@ async def graphile_points(r: Run, sink: Sink, n: int) -> list[dict[str, Any]]:
 
     async def measure(knobs: dict[str, Any]) -> dict[str, Any]:
         return await graphile_drain(
-            r, sink, n, knobs["concurrency"], knobs["local_queue"], knobs["batch_delay_ms"]
+            r,
+            sink,
+            n,
+            knobs["concurrency"],
+            knobs["local_queue"],
+            knobs["batch_delay_ms"],
+            knobs["max_pool_size"],
         )
 
     return await sweep(r, grid, measure, sweeps.graphile_label, "Graphile Worker")
@@ -486,7 +496,7 @@ async def run(r: Run) -> dict[str, Any]:
                 "complete_and_fail_job_batch_delay_ms": [
                     sweeps.off(d) for d in sweeps.GRAPHILE_BATCH_DELAY_MS
                 ],
-                "max_pool_size": GRAPHILE_MAX_POOL_SIZE,
+                "max_pool_size": f"concurrency, at most {sweeps.GRAPHILE_MAX_POOL_SIZE}",
                 "enqueue": "WorkerUtils.addJobs, 2,000 jobs per call (graphile_worker.add_jobs)",
                 "http": "node:http, one keep-alive http.Agent, maxSockets = concurrency",
                 "logging": "warnings and above (Graphile logs each completed job at info)",

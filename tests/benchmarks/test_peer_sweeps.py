@@ -15,6 +15,13 @@ def test_the_graphile_grid_covers_every_combination_of_its_knobs() -> None:
     assert {p["local_queue"] for p in grid} == {-1, 50, 500}
     assert {p["batch_delay_ms"] for p in grid} == {-1, 10}
     assert len({tuple(p.values()) for p in grid}) == len(grid)
+    # The pool follows the concurrency (Graphile's advice) but stays under max_connections.
+    assert {p["concurrency"]: p["max_pool_size"] for p in grid} == {
+        10: 10,
+        50: 50,
+        100: 50,
+        200: 50,
+    }
 
 
 def test_the_best_point_is_the_fastest_measured_one_and_failures_do_not_count() -> None:
