@@ -25,6 +25,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -118,7 +119,7 @@ async def ensure_graphile_installed() -> None:
         raise RuntimeError(f"npm ci failed: {out.decode(errors='replace')[-2000:]}")
 
 
-def write_endpoints(r: Run, sink: Sink, tag: str) -> Any:
+def write_endpoints(r: Run, sink: Sink, tag: str) -> Path:
     """100 endpoints on the sink, each with its own secret, in a file for the peer's enqueue."""
     endpoints = [{"url": sink.url(f"/peer/{i}"), "secret": new_secret()} for i in range(100)]
     path = WORK / "logs" / f"{r.run_id}-{tag}-endpoints.json"
