@@ -491,12 +491,17 @@ async def start_serve(run: Run, url: str, name: str = "serve", **settings: Any) 
 
 
 async def run_json(
-    args: Sequence[str], *, within: float, env: dict[str, str] | None = None, what: str = ""
+    args: Sequence[str],
+    *,
+    within: float,
+    env: dict[str, str] | None = None,
+    what: str = "",
+    executable: Sequence[str] | None = None,
 ) -> Any:
-    """Run `python <args>` to its end (killed after `within` s, or if we are cancelled) and
-    return the last line of its stdout as JSON."""
+    """Run `python <args>` (or `<executable> <args>`) to its end (killed after `within` s, or
+    if we are cancelled) and return the last line of its stdout as JSON."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
+        *(executable or [sys.executable]),
         *args,
         cwd=REPO,
         env={**os.environ, **(env or {})},

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from benchmarks import sweeps
 from benchmarks.common import ROOT
 from benchmarks.scenarios import ORDER
 
@@ -114,8 +115,50 @@ def update_readme(summary: str) -> None:
     README.write_text(f"{head}{START}\n{summary}{END}{tail}")
 
 
+def graphile_series(results: dict[str, dict[str, Any]]) -> dict[str, dict[int, float]]:
+    """Graphile Worker's sweep for the plot: jobs/s per concurrency, one series per batching
+    setting (localQueue size, completion batch delay)."""
+    graphile: dict[str, dict[int, float]] = {}
+    with contextlib.suppress(KeyError, TypeError, AttributeError):
+        for point in results["peer"]["graphile"]["points"]:
+            if "rate" in point:
+                knobs = (
+                    f"localQueue {sweeps.off(point['local_queue'])}, "
+                    f"delay {sweeps.off(point['batch_delay_ms'])}"
+                )
+                graphile.setdefault(knobs, {})[point["concurrency"]] = point["rate"]
+    return graphile
+
+
+def draw_graphile(
+    ax: Any, graphile: dict[str, dict[int, float]], results: dict[str, dict[str, Any]]
+) -> None:
+    if not graphile:
+        ax.set_visible(False)
+        return
+    levels = sorted({c for series in graphile.values() for c in series})
+    width = 0.8 / len(graphile)
+    for k, (name, series) in enumerate(sorted(graphile.items())):
+        xs = [i + (k - (len(graphile) - 1) / 2) * width for i in range(len(levels))]
+        ax.bar(xs, [series.get(c, 0.0) for c in levels], width=width, label=name)
+    with contextlib.suppress(KeyError, TypeError):
+        ax.axhline(
+            results["drain"]["measured"]["value"],
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label="dispatcher (fresh drain)",
+        )
+    ax.set_xticks(range(len(levels)), [str(c) for c in levels])
+    ax.set_xlabel("Graphile Worker concurrency")
+    ax.set_ylabel("jobs/s")
+    ax.set_title("Graphile Worker sweep")
+    ax.legend(fontsize=6)
+
+
 def write_plot(results_dir: Path) -> Path | None:
-    """Throughput per scenario, the PgQueuer sweep, and the latency percentiles."""
+    """Throughput per scenario, the PgQueuer and Graphile Worker sweeps, and the latency
+    percentiles."""
     results = load(results_dir)
     try:
         import matplotlib
@@ -139,6 +182,8 @@ def write_plot(results_dir: Path) -> Path | None:
     with contextlib.suppress(KeyError, TypeError):
         add("PgQueuer\n(best)", results["peer"]["baseline"]["value"])
     with contextlib.suppress(KeyError, TypeError):
+        add("Graphile\n(best)", results["peer"]["graphile"]["baseline"]["value"])
+    with contextlib.suppress(KeyError, TypeError):
         add("API\nevents", results["api"]["measured"]["events"]["flat_out"]["ok_rps"])
         add("API\nmessages", results["api"]["measured"]["messages"]["flat_out"]["ok_rps"])
     with contextlib.suppress(KeyError, TypeError):
@@ -154,6 +199,7 @@ def write_plot(results_dir: Path) -> Path | None:
             if "rate" in point:
                 limit = f"limit {point['concurrency_limit'] or 'none'}"
                 sweep.setdefault(limit, {})[point["batch_size"]] = point["rate"]
+    graphile = graphile_series(results)
     latency: dict[str, list[float]] = {}
     with contextlib.suppress(KeyError, TypeError):
         m = results["latency"]["measured"]
@@ -163,10 +209,10 @@ def write_plot(results_dir: Path) -> Path | None:
         latency[f"SQL outbox {rate:g}/s"] = [sql["p50_ms"], sql["p95_ms"], sql["p99_ms"]]
         c = sql["commit_to_received_ms"]
         latency["SQL commit→received"] = [c["p50"], c["p95"], c["p99"]]
-    if not bars and not latency and not sweep:
+    if not bars and not latency and not sweep and not graphile:
         return None
-    fig, (ax1, ax3, ax2) = plt.subplots(
-        1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [4, 2, 2]}
+    fig, (ax1, ax3, ax4, ax2) = plt.subplots(
+        1, 4, figsize=(21, 4.8), gridspec_kw={"width_ratios": [4, 2, 2, 2]}
     )
     if bars:
         labels, values = zip(*bars, strict=True)
@@ -195,6 +241,7 @@ def write_plot(results_dir: Path) -> Path | None:
         ax3.set_ylabel("jobs/s")
         ax3.set_title("PgQueuer sweep")
         ax3.legend(fontsize=7)
+    draw_graphile(ax4, graphile, results)
     if latency:
         width = 0.8 / len(latency)
         for k, (name, percentiles) in enumerate(latency.items()):

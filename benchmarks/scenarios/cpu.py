@@ -9,7 +9,8 @@ checkpointer, ...) and every backend of the drain's database (other databases' b
 shared server are left out).
 
 Targets: the worker ≤ 1.3x the bare client's CPU per request, Postgres ≤ 100 µs per delivery.
-For information: the sink, the 2-worker drain, and PgQueuer's best point (when scenario 3 ran).
+For information: the sink, the 2-worker drain, and PgQueuer's and Graphile Worker's best points
+(when scenario 3 ran).
 """
 
 from __future__ import annotations
@@ -46,11 +47,18 @@ async def run(r: Run) -> dict[str, Any]:
     two = drain.get("two_workers", {}).get("cpu_us_per_delivery", {})
     peer = r.results.get("peer")
     peer_best = None
+    graphile_best = None
     if peer and not peer.get("error"):
         peer_best = {
             "point": peer["baseline"]["name"],
             "cpu_us_per_job": peer["baseline"].get("cpu_us_per_job"),
         }
+        graphile_baseline = (peer.get("graphile") or {}).get("baseline")
+        if graphile_baseline:
+            graphile_best = {
+                "point": graphile_baseline["name"],
+                "cpu_us_per_job": graphile_baseline.get("cpu_us_per_job"),
+            }
     r.log(
         f"cpu: worker {worker:.0f} µs/delivery = {worker_ratio:.2f}x the bare client's "
         f"{client_us:.0f} µs/request; Postgres {postgres} µs/delivery"
@@ -88,6 +96,11 @@ async def run(r: Run) -> dict[str, Any]:
             "PgQueuer's best point, µs per job: "
             + ", ".join(f"{k} {v}" for k, v in peer_best["cpu_us_per_job"].items())
         )
+    if graphile_best and graphile_best["cpu_us_per_job"]:
+        notes.append(
+            "Graphile Worker's best point, µs per job: "
+            + ", ".join(f"{k} {v}" for k, v in graphile_best["cpu_us_per_job"].items())
+        )
     return {
         "title": TITLE,
         "parameters": {
@@ -102,6 +115,7 @@ async def run(r: Run) -> dict[str, Any]:
             "postgres_us_per_delivery": postgres,
             "two_workers_cpu_us_per_delivery": two,
             "peer_best": peer_best,
+            "graphile_best": graphile_best,
         },
         "baseline": {
             "name": "bare aiohttp client, CPU per request (scenario 1)",
