@@ -1,4 +1,4 @@
-"""13. Fairness: a quiet workspace's events while another drains a deep backlog (#22).
+"""14. Fairness: a quiet workspace's events while another drains a deep backlog (#22).
 
 On a database created for the run (no ANALYZE), a loud workspace has 100 webhooks to the
 shared fast sink and a backlog of 200,000 deliveries (2,000 per webhook), published through the
@@ -37,7 +37,7 @@ from benchmarks.scenarios.drain import dispatcher_drain
 from dispatcher.domain.signing import new_secret
 
 NAME = "fairness"
-TITLE = "13. Fairness (a quiet workspace beside a 200,000-delivery backlog)"
+TITLE = "14. Fairness (a quiet workspace beside a 200,000-delivery backlog)"
 TARGET_TEXT = "quiet p99 publish -> received < 250 ms; loud >= 0.8 of its rate alone"
 P99_TARGET_MS = 250.0
 SHARE_TARGET = 0.8

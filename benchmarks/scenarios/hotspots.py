@@ -1,4 +1,4 @@
-"""12. Hot spots: work concentrated on few endpoints, as production meets it (#22).
+"""13. Hot spots: work concentrated on few endpoints, as production meets it (#22).
 
 Three comparisons, each drain on a database created for it (no ANALYZE), one worker with the
 product's defaults (`maxConcurrency` 10 per endpoint), against the shared fast sink (which
@@ -20,7 +20,7 @@ from benchmarks.common import Run
 from benchmarks.scenarios.drain import dispatcher_drain
 
 NAME = "hotspots"
-TITLE = "12. Hot spots (one webhook, a deep backlog on a few, depth)"
+TITLE = "13. Hot spots (one webhook, a deep backlog on a few, depth)"
 TARGET_TEXT = "one webhook >= 5,000/s; 20 webhooks >= 0.8 x 100 webhooks; 200k >= 0.8 x 20k"
 ONE_WEBHOOK_TARGET = 5_000.0
 SHARE_TARGET = 0.8

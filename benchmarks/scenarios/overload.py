@@ -1,4 +1,4 @@
-"""14. Overload: open-loop load at 3x what `serve` sustains (#22, backpressure).
+"""15. Overload: open-loop load at 3x what `serve` sustains (#22, backpressure).
 
 `dispatcher serve` as shipped (engine on, one subscription to the shared sink, so every
 accepted event is delivered) on a database created for the run. First its sustained rate:
@@ -36,7 +36,7 @@ from benchmarks.common import (
 )
 
 NAME = "overload"
-TITLE = "14. Overload (open loop at 3x the sustained rate)"
+TITLE = "15. Overload (open loop at 3x the sustained rate)"
 TARGET_TEXT = "accepted p99 < 250 ms; the rest 503 + Retry-After; every 202 delivered; RSS bounded"
 P99_TARGET_MS = 250.0
 FACTOR = 3.0

@@ -1,4 +1,4 @@
-"""12. Publish: what one POST /v1/events and POST /v1/messages cost, against the API ceiling.
+"""16. Publish: what one POST /v1/events and POST /v1/messages cost, against the API ceiling.
 
 Issue #22, part 1. In one run, on one machine, each driven by `wrk` (a compiled load generator
 from Debian, `benchmarks/wrk/publish.lua`, one thread, 100 connections, flat out):
@@ -28,6 +28,7 @@ import contextlib
 import os
 import shutil
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from benchmarks.common import (
     Run,
     create_api_key,
     create_database,
+    create_webhooks,
     dispatcher_cli,
     drop_database,
     effective_settings,
@@ -55,8 +57,13 @@ from benchmarks.common import (
 )
 
 NAME = "publish"
-TITLE = "12. Publish (POST /v1/events, /v1/messages) against a minimal aiohttp + asyncpg app"
+TITLE = "16. Publish (POST /v1/events, /v1/messages) against a minimal aiohttp + asyncpg app"
 CONNECTIONS = 100
+BATCH = 100  # events per POST /v1/events/batch
+# Connections sending batches: each batch holds a pool connection for its statement, so more
+# clients than the pool has connections only wait (and past DISPATCHER_POOL_ACQUIRE_TIMEOUT
+# are refused, 503 `overloaded`: backpressure as designed).
+BATCH_CONNECTIONS = 10
 NUMBER = "+15555550100"
 EVENTS_TARGET = 4000.0
 MESSAGES_TARGET = 2000.0
@@ -87,11 +94,12 @@ async def drive(
     key: str = "",
     prefix: str = "W",
     profile: Path | None = None,
+    connections: int = CONNECTIONS,
 ) -> dict[str, Any]:
     """wrk against `url` for `seconds`, the CPU of `watched` processes, Postgres and wrk
     metered meanwhile; with `profile`, py-spy samples watched["server"] into that SVG."""
     env = {**os.environ, "WRK_KIND": kind, "WRK_KEY": key, "WRK_FROM": NUMBER, "WRK_PREFIX": prefix}
-    args = ["-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(SCRIPT)]
+    args = ["-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(SCRIPT)]
     spy = None
     if profile is not None:
         spy = await asyncio.create_subprocess_exec(
@@ -208,6 +216,18 @@ async def run(r: Run) -> dict[str, Any]:
                 await drive(target, warm, watched, pg, kind=kind, key=key, prefix="warm")
                 measured[kind] = await drive(target, seconds, watched, pg, kind=kind, key=key)
                 r.log(describe(f"publish: dispatcher {kind}", measured[kind]))
+            # Batches of 100 events (POST /v1/events/batch): no subscriber, then one (the
+            # shared sink; the engine in the same process delivers every event meanwhile).
+            batch_url = f"{base}/v1/events/batch"
+            batch = partial(drive, batch_url, seconds, watched, pg, kind="batch", key=key,
+                            connections=BATCH_CONNECTIONS)  # fmt: skip
+            await batch(prefix="bwarm")
+            batches = {"none": await batch(prefix="B0")}
+            sink = await r.shared_sink()
+            await create_webhooks(db, workspace, [sink.url("/hook/batch")])
+            batches["one"] = await batch(prefix="B1")
+            for label, figures in batches.items():
+                r.log(describe(f"publish: batches of 100, {label} subscriber", figures))
             if profiled:
                 for kind, svg in (("events", "profile-publish.svg"),
                                   ("messages", "profile-messages.svg")):  # fmt: skip
@@ -226,7 +246,7 @@ async def run(r: Run) -> dict[str, Any]:
     pg_us = events["cpu_us_per_request"].get("postgres")
     rows = [
         {
-            "label": "12. Publish: POST /v1/events flat out (100 connections, wrk), no subscriber",
+            "label": "16. Publish: POST /v1/events flat out (100 connections, wrk), no subscriber",
             "measured": describe("dispatcher", events),
             "baseline": describe("minimal aiohttp + asyncpg app", minimal),
             "ratio": f"{ratio:.2f}x the minimal app; {events['ok_rps'] / EVENTS_TARGET:.2f} of "
@@ -235,7 +255,7 @@ async def run(r: Run) -> dict[str, Any]:
             "met": events["ok_rps"] >= EVENTS_TARGET and ratio >= RATIO_TARGET,
         },
         {
-            "label": "12a. Publish: CPU per POST /v1/events (serve / Postgres)",
+            "label": "16a. Publish: CPU per POST /v1/events (serve / Postgres)",
             "measured": f"serve {serve_us} / Postgres {pg_us} µs",
             "baseline": f"targets {SERVE_CPU_TARGET_US} / {POSTGRES_CPU_TARGET_US} µs",
             "ratio": f"{serve_us / SERVE_CPU_TARGET_US:.2f} / "
@@ -246,7 +266,20 @@ async def run(r: Run) -> dict[str, Any]:
             and pg_us <= POSTGRES_CPU_TARGET_US,
         },
         {
-            "label": "12b. Publish: POST /v1/messages flat out (100 connections, wrk)",
+            "label": "16c. Batch publish: POST /v1/events/batch, 100 events per request, no "
+            "subscriber / one subscriber (wrk, 10 connections)",
+            "measured": f"{batches['none']['ok_rps'] * BATCH:,.0f} / "
+            f"{batches['one']['ok_rps'] * BATCH:,.0f} events/s (p99 "
+            f"{batches['none']['p99_ms']:,.1f} / {batches['one']['p99_ms']:,.1f} ms per batch)",
+            "baseline": "targets 20,000 / 10,000 events/s",
+            "ratio": f"{batches['none']['ok_rps'] * BATCH / 20_000:.2f} / "
+            f"{batches['one']['ok_rps'] * BATCH / 10_000:.2f}",
+            "target": "≥ 20,000 / ≥ 10,000 events/s",
+            "met": batches["none"]["ok_rps"] * BATCH >= 20_000
+            and batches["one"]["ok_rps"] * BATCH >= 10_000,
+        },
+        {
+            "label": "16b. Publish: POST /v1/messages flat out (100 connections, wrk)",
             "measured": describe("dispatcher", messages),
             "baseline": f"target {MESSAGES_TARGET:,.0f}/s",
             "ratio": f"{messages['ok_rps'] / MESSAGES_TARGET:.2f} of 2,000/s",
@@ -272,6 +305,7 @@ async def run(r: Run) -> dict[str, Any]:
             "unit": "req/s (POST /v1/events, flat out)",
             "events": events,
             "messages": messages,
+            "batches": batches,
             "minimal_app": minimal,
         },
         "baseline": {"name": "minimal aiohttp + asyncpg app", "value": minimal["ok_rps"]},

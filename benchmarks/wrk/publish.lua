@@ -6,6 +6,7 @@
 --
 -- events:   {"type":"contact.updated","data":{"id":"<prefix><n>"}} (as benchmarks/client.py)
 -- messages: {"from":WRK_FROM,"to":one of 10,000 numbers in turn,"text":"bench <prefix><n>"}
+-- batch:    {"events":[100 of the events' objects]} (POST /v1/events/batch)
 -- The minimal app (benchmarks/minimal_app.py) takes the events' body and ignores the key.
 
 local kind = os.getenv("WRK_KIND") or "events"
@@ -23,7 +24,14 @@ end
 request = function()
   counter = counter + 1
   local body
-  if kind == "messages" then
+  if kind == "batch" then
+    local items = {}
+    for i = 1, 100 do
+      items[i] = string.format('{"type":"contact.updated","data":{"id":"%s%d-%d"}}',
+                               prefix, counter, i)
+    end
+    body = '{"events":[' .. table.concat(items, ",") .. ']}'
+  elseif kind == "messages" then
     body = string.format('{"from":"%s","to":"+1555%07d","text":"bench %s%d"}',
                          sender, counter % 10000, prefix, counter)
   else
