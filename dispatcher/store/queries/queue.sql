@@ -89,8 +89,8 @@ WITH finishing AS (
     )
     SELECT webhook_id, first_due, pos FROM ring
 ), due AS (
-    -- Each visited endpoint's due rows, oldest first, as many as its free slots, in ring
-    -- order; of those, at most $3. Saturated and rate-limited endpoints are passed by. Rows
+    -- Each visited endpoint's due rows, oldest first, as many as its free slots; of those, at
+    -- most $3. Saturated and rate-limited endpoints are passed by. Rows
     -- another engine is claiming right now are skipped, not waited for. A fifo endpoint's are
     -- read up to $3: all but its lanes' heads are parked below, in bulk rather than a few per
     -- claim.
@@ -99,7 +99,8 @@ WITH finishing AS (
     JOIN webhooks w ON w.id = v.webhook_id AND v.first_due <= $1
     LEFT JOIN leases s ON s.webhook_id = v.webhook_id
     CROSS JOIN LATERAL (
-        SELECT m.delivery_id FROM delivery_queue m
+        SELECT m.delivery_id, row_number() OVER (ORDER BY m.due_at) AS k
+        FROM delivery_queue m
         WHERE m.webhook_id = v.webhook_id AND m.due_at <= $1
         ORDER BY m.due_at
         LIMIT CASE WHEN w.ordering = 'fifo' THEN $3
@@ -110,7 +111,9 @@ WITH finishing AS (
     WHERE q.due_at <= $1
       AND v.webhook_id NOT IN (SELECT webhook_id FROM saturated)
       AND v.webhook_id NOT IN (SELECT webhook_id FROM limited)
-    ORDER BY v.pos, q.due_at
+    -- Dealt round the visited endpoints, a row each in turn: when the claim holds fewer rows
+    -- than the endpoints' free slots, each gets its share and the turn moves on.
+    ORDER BY mine.k, v.pos
     LIMIT $3
     FOR UPDATE OF q SKIP LOCKED
 -- Ordered delivery (delivery_lanes in schema.sql): what the claim does with the fifo rows it
