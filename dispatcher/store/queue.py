@@ -146,10 +146,13 @@ async def claim(
             ring.cursor,
             visits,
         )
-    claimed = [_claimed(row, now) for row in rows if row["delivery_id"] is not None]
+    leased = [row for row in rows if row["delivery_id"] is not None]
+    claimed = [_claimed(row, now) for row in leased]
     if len(claimed) >= limit:
-        # Full: the next claim goes on from the last endpoint served (which may have more).
-        return Claim(claimed, Ring(max(c.webhook_id for c in claimed)), False)
+        # Full: the next claim goes on from the endpoint the deal stopped at (the endpoints
+        # after it got a row fewer this time).
+        last = max(leased, key=lambda row: (row["deal"], row["ring_pos"]))
+        return Claim(claimed, Ring(last["webhook_id"]), False)
     if rows[0]["visited"] < visits:
         # Every endpoint with queued work from the cursor on was visited: the turn ends.
         return Claim(claimed, RING_START, True)

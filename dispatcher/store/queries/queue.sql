@@ -37,9 +37,10 @@ SET LOCAL synchronous_commit = off
 -- where this engine has $6 attempts over whose results it has not yet written (their rows
 -- stay leased until the record; their slots are free: a slot is busy only while its request
 -- is). A visited row whose event was expunged, or whose webhook is disabled or deleted, is
--- given up instead. Returns each leased row with all that sending it needs, and on every row
--- (one row with the rest NULL when nothing was leased) the ring's last visited endpoint and
--- how many it visited, so that the engine moves its cursor on.
+-- given up instead. Returns each leased row with all that sending it needs and its place in
+-- the deal (`deal`, `ring_pos`), and on every row (one row with the rest NULL when nothing was
+-- leased) the ring's last visited endpoint and how many it visited, so that the engine moves
+-- its cursor on.
 WITH finishing AS (
     -- This engine's attempts that are over but not yet recorded, per endpoint: their rows
     -- are still leased (the record needs the lease), but their slots are free again. (Never
@@ -90,22 +91,32 @@ WITH finishing AS (
     SELECT webhook_id, first_due, pos FROM ring
 ), due AS (
     -- Each visited endpoint's due rows, oldest first, as many as its free slots; of those, at
-    -- most $3. Saturated and rate-limited endpoints are passed by. Rows
-    -- another engine is claiming right now are skipped, not waited for. A fifo endpoint's are
-    -- read up to $3: all but its lanes' heads are parked below, in bulk rather than a few per
-    -- claim.
-    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane
+    -- most $3. Saturated and rate-limited endpoints are passed by. Rows another engine is
+    -- claiming right now are skipped, not waited for. A fifo endpoint's are read up to $3:
+    -- all but its lanes' heads are parked below, in bulk rather than a few per claim.
+    SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane,
+           mine.k AS deal, v.pos AS ring_pos
     FROM ring v
     JOIN webhooks w ON w.id = v.webhook_id AND v.first_due <= $1
     LEFT JOIN leases s ON s.webhook_id = v.webhook_id
+    -- What a claim deals each visited endpoint with due work, at most: a row more than an
+    -- even share of $3 (the deal stops at $3 anyway: no more is read than it may take).
+    CROSS JOIN (
+        SELECT (1 + $3 / greatest(count(*), 1))::int AS rows FROM ring WHERE first_due <= $1
+    ) share
     CROSS JOIN LATERAL (
-        SELECT m.delivery_id, row_number() OVER (ORDER BY m.due_at) AS k
-        FROM delivery_queue m
-        WHERE m.webhook_id = v.webhook_id AND m.due_at <= $1
-        ORDER BY m.due_at
-        LIMIT CASE WHEN w.ordering = 'fifo' THEN $3
-                   ELSE greatest(least(coalesce(w.max_concurrency, $4) - coalesce(s.n, 0), $3), 0)
-              END
+        -- (Numbered after the LIMIT: a window over the scan itself would read the backlog.)
+        SELECT first.delivery_id, row_number() OVER (ORDER BY first.due_at) AS k
+        FROM (
+            SELECT m.delivery_id, m.due_at
+            FROM delivery_queue m
+            WHERE m.webhook_id = v.webhook_id AND m.due_at <= $1
+            ORDER BY m.due_at
+            LIMIT CASE WHEN w.ordering = 'fifo' THEN $3
+                       ELSE greatest(least(coalesce(w.max_concurrency, $4) - coalesce(s.n, 0),
+                                           share.rows), 0)
+                  END
+        ) first
     ) mine
     JOIN delivery_queue q ON q.delivery_id = mine.delivery_id
     WHERE q.due_at <= $1
@@ -192,7 +203,7 @@ WITH finishing AS (
     -- rows come up only when a lease taken before the expunge or the disable was handed back
     -- unrecorded (its engine died or stopped), since both settle every row not in flight at
     -- once. A lane's row is a candidate only as its head.
-    SELECT q.delivery_id, q.webhook_id, q.due_at, w.rate_limit,
+    SELECT q.delivery_id, q.webhook_id, q.due_at, w.rate_limit, q.deal, q.ring_pos,
            row_number() OVER (PARTITION BY q.webhook_id
                               ORDER BY q.due_at, q.delivery_id) AS rank,
            coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
@@ -261,7 +272,7 @@ WITH finishing AS (
               e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
               w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
               q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
-              q.lane IS NOT NULL AS in_lane
+              q.lane IS NOT NULL AS in_lane, ranked.deal, ranked.ring_pos
 )
 -- Every leased row, with where the ring ended; one row of NULLs but those when none was.
 SELECT leased.*, ring_end.webhook_id AS ring_end, ring_end.visited
