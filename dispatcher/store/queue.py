@@ -97,7 +97,7 @@ RING_VISITS = 64
 
 class Ring(NamedTuple):
     """Where an engine's round robin over the endpoints with due work stands: its next claim
-    visits endpoints from `cursor` on (ids in order; "" is the start)."""
+    visits endpoints after `cursor` (ids in order; "" is the start)."""
 
     cursor: str = ""
 
@@ -149,8 +149,10 @@ async def claim(
     leased = [row for row in rows if row["delivery_id"] is not None]
     claimed = [_claimed(row, now) for row in leased]
     if len(claimed) >= limit:
-        # Full: the next claim goes on from the endpoint the deal stopped at (the endpoints
-        # after it got a row fewer this time).
+        # Full: the next claim goes on after the endpoint the deal stopped at (those after it
+        # got a row fewer this time). Never from it again: when the engine's capacity, not
+        # the endpoints' slots, is what is short, an endpoint revisited first would take every
+        # slot freed, and the turn would never move on.
         last = max(leased, key=lambda row: (row["deal"], row["ring_pos"]))
         return Claim(claimed, Ring(last["webhook_id"]), False)
     if rows[0]["visited"] < visits:

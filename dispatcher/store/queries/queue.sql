@@ -28,7 +28,7 @@ SET LOCAL synchronous_commit = off
 
 -- name: claim
 -- Lease up to $3 due rows to engine $2, visiting the endpoints that have due work in turn (a
--- round robin over endpoint ids: up to $8 of them from the engine's cursor $7, which wraps
+-- round robin over endpoint ids: up to $8 of them after the engine's cursor $7, which wraps
 -- around), each taking at most its free slots (counted across every engine; $4 for an
 -- endpoint without max_concurrency of its own), oldest due first, and for a rate-limited one
 -- no more than the whole tokens in its bucket; of an ordering lane, only its head. However
@@ -70,13 +70,13 @@ WITH finishing AS (
     -- the endpoints waiting now.
     SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
 ), ring AS (
-    -- The next $8 endpoints with anything queued, from $7 on: a loose scan of
+    -- The next $8 endpoints with anything queued, after $7: a loose scan of
     -- delivery_queue_webhook, one index descent per endpoint, however many rows each one has
     -- (leased, parked or due later included). Each descent lands on the endpoint's earliest
     -- due time (the index's order within an endpoint): whether it has due work comes with it.
     WITH RECURSIVE ring(webhook_id, first_due, pos) AS (
         (SELECT q.webhook_id, q.due_at, 1 FROM delivery_queue q
-         WHERE q.webhook_id >= $7
+         WHERE q.webhook_id > $7
          ORDER BY q.webhook_id, q.due_at LIMIT 1)
         UNION ALL
         SELECT next.webhook_id, next.due_at, ring.pos + 1
