@@ -12,8 +12,7 @@ import pytest
 
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
-from tests.conftest import wait_for
-from tests.e2e.test_process import free_port, read_until, start, stop
+from tests.e2e.test_process import free_port, read_until, start, stop, until_ready
 
 TOKEN = "e2e-admin-token-" + "fedcba9876543210" * 2
 
@@ -62,15 +61,7 @@ async def test_an_operator_onboards_and_offboards_a_tenant(database_url: str) ->
         started = orjson.loads(await read_until(proc.stderr, r'^(\{.*"dispatcher\.start".*\})$'))
         assert started["settings"]["admin_token"] == "***"
         async with aiohttp.ClientSession() as http:
-
-            async def ready() -> bool:
-                try:
-                    async with http.get(f"{base}/readyz") as resp:
-                        return resp.status == 200
-                except aiohttp.ClientError:
-                    return False
-
-            await wait_for(ready, within=30, message="readyz")
+            await until_ready(http, base)
 
             async def post(path: str, body: object, status: int = 201) -> dict[str, object]:
                 async with http.post(f"{base}{path}", json=body, headers=admin) as resp:

@@ -23,7 +23,7 @@ from dispatcher.store import workspaces
 from dispatcher.store.database import Database
 from tests.browser import PHONE, Browser
 from tests.conftest import wait_for
-from tests.e2e.test_process import free_port, read_until, start, stop
+from tests.e2e.test_process import free_port, read_until, start, stop, until_ready
 from tests.receiver import Receiver, answer
 
 T = TypeVar("T")
@@ -79,15 +79,7 @@ async def service(database_url: str) -> AsyncIterator[Service]:
         key = await read_until(proc.stdout, r"API key: (dk_\S+)")
         base = f"http://127.0.0.1:{port}"
         async with aiohttp.ClientSession() as http:
-
-            async def ready() -> bool:
-                try:
-                    async with http.get(f"{base}/readyz") as resp:
-                        return resp.status == 200
-                except aiohttp.ClientError:
-                    return False
-
-            await wait_for(ready, within=30, message="readyz")
+            await until_ready(http, base)
             yield Service(base, key, http)
     finally:
         code, err = await stop(proc)

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 
 from tests.conftest import wait_for
-from tests.e2e.test_process import free_port, start, stop
+from tests.e2e.test_process import free_port, start, stop, until_ready
 from tests.receiver import Receiver
 
 HINT = "(set DISPATCHER_ALLOWED_CIDRS to allow it)"
@@ -169,15 +169,7 @@ async def test_with_the_demo_off_there_is_no_receiver(database_url: str) -> None
                        DISPATCHER_ENGINE="off")  # fmt: skip
     try:
         async with aiohttp.ClientSession() as http:
-
-            async def ready() -> bool:
-                try:
-                    async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
-                        return resp.status == 200
-                except aiohttp.ClientError:
-                    return False
-
-            await wait_for(ready, within=30, message="the API")
+            await until_ready(http, f"http://127.0.0.1:{port}")
             async with http.post(f"http://127.0.0.1:{port}/demo/receiver") as resp:
                 assert resp.status == 404
     finally:

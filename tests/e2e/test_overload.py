@@ -12,7 +12,7 @@ import aiohttp
 import asyncpg
 
 from tests.conftest import wait_for
-from tests.e2e.test_process import free_port, read_until, start, stop
+from tests.e2e.test_process import free_port, read_until, start, stop, until_ready
 from tests.receiver import Receiver
 
 CLIENTS = 40
@@ -41,15 +41,7 @@ async def test_a_flooded_process_accepts_or_refuses_and_delivers_every_accepted_
         headers = {"Authorization": f"Bearer {key}"}
         connector = aiohttp.TCPConnector(limit=CLIENTS)
         async with aiohttp.ClientSession(connector=connector) as http:
-
-            async def ready() -> bool:
-                try:
-                    async with http.get(f"{base}/readyz") as resp:
-                        return resp.status == 200
-                except aiohttp.ClientError:
-                    return False
-
-            await wait_for(ready, within=30, message="readyz")
+            await until_ready(http, base)
             async with http.post(
                 f"{base}/v1/webhooks",
                 json={"url": receiver.url(), "events": ["contact.updated"]},

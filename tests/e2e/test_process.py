@@ -56,6 +56,19 @@ async def read_until(stream: asyncio.StreamReader, pattern: str, within: float =
             assert line, "process ended: " + "".join(seen)
 
 
+async def until_ready(http: aiohttp.ClientSession, base: str) -> None:
+    """Wait (30 s at most) until the process at `base` answers GET /readyz with 200."""
+
+    async def ready() -> bool:
+        try:
+            async with http.get(f"{base}/readyz") as resp:
+                return resp.status == 200
+        except aiohttp.ClientError:
+            return False
+
+    await wait_for(ready, within=30, message=f"{base}/readyz")
+
+
 async def stop(proc: asyncio.subprocess.Process) -> tuple[int, str]:
     proc.send_signal(signal.SIGTERM)
     _, err = await asyncio.wait_for(proc.communicate(), timeout=30)
@@ -74,15 +87,7 @@ async def test_serve_end_to_end_and_sigterm(database_url: str, receiver: Receive
         base = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {key}"}
         async with aiohttp.ClientSession() as http:
-
-            async def ready() -> bool:
-                try:
-                    async with http.get(f"{base}/readyz") as resp:
-                        return resp.status == 200
-                except aiohttp.ClientError:
-                    return False
-
-            await wait_for(ready, within=30, message="readyz")
+            await until_ready(http, base)
             async with http.post(
                 f"{base}/v1/webhooks",
                 json={"url": receiver.url(), "events": ["message.delivered"]},

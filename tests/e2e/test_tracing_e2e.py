@@ -20,7 +20,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tests.conftest import wait_for
-from tests.e2e.test_process import free_port, read_until, start, stop
+from tests.e2e.test_process import free_port, read_until, start, stop, until_ready
 from tests.receiver import Receiver
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -97,15 +97,7 @@ async def test_serve_exports_the_request_publish_and_linked_attempt_over_otlp_ht
         base = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {key}"}
         async with aiohttp.ClientSession() as http:
-
-            async def ready() -> bool:
-                try:
-                    async with http.get(f"{base}/readyz") as resp:
-                        return resp.status == 200
-                except aiohttp.ClientError:
-                    return False
-
-            await wait_for(ready, within=30, message="readyz")
+            await until_ready(http, base)
             async with http.post(
                 f"{base}/v1/webhooks",
                 json={"url": receiver.url(), "events": ["contact.updated"]},
