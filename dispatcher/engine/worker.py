@@ -380,7 +380,7 @@ class Engine:
             )
             rows += claim.rows
             self._ring = claim.ring
-            if from_start or not claim.wrapped or len(rows) >= asked:
+            if from_start or self._ring != queue.RING_START or len(rows) >= asked:
                 break
         took = time.perf_counter() - started
         if rows:

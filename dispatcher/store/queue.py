@@ -109,8 +109,7 @@ class Claim(NamedTuple):
     """What a claim leased, and where the engine's ring goes next."""
 
     rows: list[Claimed]
-    ring: Ring
-    wrapped: bool  # the ring reached the last endpoint with due work: the next turn begins
+    ring: Ring  # RING_START when the turn reached the last endpoint with due work
 
 
 async def claim(
@@ -154,11 +153,11 @@ async def claim(
         # the endpoints' slots, is what is short, an endpoint revisited first would take every
         # slot freed, and the turn would never move on.
         last = max(leased, key=lambda row: (row["deal"], row["ring_pos"]))
-        return Claim(claimed, Ring(last["webhook_id"]), False)
+        return Claim(claimed, Ring(last["webhook_id"]))
     if rows[0]["visited"] < visits:
         # Every endpoint with queued work from the cursor on was visited: the turn ends.
-        return Claim(claimed, RING_START, True)
-    return Claim(claimed, Ring(rows[0]["ring_end"]), False)
+        return Claim(claimed, RING_START)
+    return Claim(claimed, Ring(rows[0]["ring_end"]))
 
 
 def _claimed(row: Record, now: datetime) -> Claimed:
