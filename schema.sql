@@ -205,7 +205,7 @@ $$;
 -- recover, POST /v1/webhooks/{id}/filter/test): the data contains the filter (`@>`), and no
 -- array of the data where the filter has one (p_filter_arrays, dispatcher_filter_arrays of
 -- p_filter) holds more than 128 elements. `@>` searches the data's array once for each
--- element of the filter's, so this bounds one comparison's work (8 filter elements at most,
+-- element of the filter's, so this bounds one comparison's work (4 filter elements at most,
 -- the domain's bound, x 128); a longer data array is not searched, and so does not pass
 -- (docs/webhooks.md, "Payload filters"; the domain's MAX_COMPARED_ARRAY_ELEMENTS is the same
 -- number). No filter passes everything.

@@ -16,9 +16,9 @@ longer than `MAX_COMPARED_ARRAY_ELEMENTS`, where the filter has an array, is not
 and does not pass). An array in a filter holds only scalars, so that each of its elements is
 looked up in one data array (an object or array among them would be compared with every
 object or array of the data array, recursively: about 4x the cost per pair, measured). With
-every bound at its limit, one comparison is at most 8 x 128 scalar comparisons, about 25 µs:
-10,000 filtered subscriptions stay within the fan-out's promise (under 1 s; benchmarks/,
-scenario 9).
+every bound at its limit, one comparison is at most 4 x 128 comparisons of scalars of at most
+64 bytes, and 16 key lookups: 10,000 filtered subscriptions stay within the fan-out's promise
+(under 1 s; benchmarks/, scenario 9, measures exactly that worst case).
 """
 
 from __future__ import annotations
@@ -32,15 +32,26 @@ FILTER = "filter"
 MAX_FILTER_BYTES = 4096
 # Every value below the filter's top object: members' values and array elements, nested ones
 # included (each a lookup in the data, and the bound on its depth).
-MAX_FILTER_VALUES = 32
+MAX_FILTER_VALUES = 16
 # The elements of all the filter's arrays together.
-MAX_FILTER_ARRAY_ELEMENTS = 8
+MAX_FILTER_ARRAY_ELEMENTS = 4
+# Bytes of JSON of one element of a filter's array: each is compared with up to
+# MAX_COMPARED_ARRAY_ELEMENTS data elements, and comparing two long numbers with a common
+# prefix costs about 250 ns at 900 digits (measured), so their length is bounded too.
+MAX_FILTER_ARRAY_ELEMENT_BYTES = 64
 # A data array longer than this is not compared with a filter's array (schema.sql,
 # dispatcher_filter_passes, holds the same number: tests/api/test_filter_bounds.py tries
 # arrays at it and past it).
 MAX_COMPARED_ARRAY_ELEMENTS = 128
 
 _SCALARS = (str, int, float, bool, type(None))
+
+
+def _json_size(scalar: Any) -> int:
+    """Bytes of `scalar` as compact JSON (an int by its digits: orjson takes 64 bits only)."""
+    if isinstance(scalar, int) and not isinstance(scalar, bool):
+        return len(str(scalar))
+    return len(orjson.dumps(scalar))
 
 
 def _where(path: tuple[str, ...]) -> str:
@@ -73,6 +84,12 @@ def filter_problem(value: Mapping[str, Any]) -> str | None:
                     return (
                         "an array in a filter holds only strings, numbers, booleans and null "
                         f"({_where(path)} holds {kind})"
+                    )
+                if _json_size(element) > MAX_FILTER_ARRAY_ELEMENT_BYTES:
+                    return (
+                        f"an element of a filter's array must be at most "
+                        f"{MAX_FILTER_ARRAY_ELEMENT_BYTES} bytes of JSON (one in {_where(path)} "
+                        "is longer)"
                     )
             children = [((*path, str(i)), v) for i, v in enumerate(node)]
         else:

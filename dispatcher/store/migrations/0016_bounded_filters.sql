@@ -2,8 +2,8 @@
 --
 -- `data @> filter` searches a data array once for each element of the filter's array at the
 -- same place; fan-out pays that once per filtered subscription, inside the publishing
--- transaction (an outbox caller's own). The API now bounds the filter (8 array elements in all,
--- only scalars in arrays, 32 values; dispatcher/domain/payload_filter.py); the database bounds
+-- transaction (an outbox caller's own). The API now bounds the filter (4 array elements in all,
+-- scalars of at most 64 bytes in arrays, 16 values; dispatcher/domain/payload_filter.py); the database bounds
 -- the data compared: `dispatcher_filter_passes`, the one rule fan-out, recover and the filter
 -- test share, does not search a data array of more than 128 elements (it does not pass), and
 -- gives up past a deadline. `webhooks.payload_filter_arrays` (generated from the filter) holds
@@ -40,7 +40,7 @@ $$;
 -- recover, POST /v1/webhooks/{id}/filter/test): the data contains the filter (`@>`), and no
 -- array of the data where the filter has one (p_filter_arrays, dispatcher_filter_arrays of
 -- p_filter) holds more than 128 elements. `@>` searches the data's array once for each
--- element of the filter's, so this bounds one comparison's work (8 filter elements at most,
+-- element of the filter's, so this bounds one comparison's work (4 filter elements at most,
 -- the domain's bound, x 128); a longer data array is not searched, and so does not pass
 -- (docs/webhooks.md, "Payload filters"; the domain's MAX_COMPARED_ARRAY_ELEMENTS is the same
 -- number). No filter passes everything.
