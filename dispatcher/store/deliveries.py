@@ -96,6 +96,9 @@ async def create_test(
     return as_row(DeliveryRow, row)
 
 
+# Seconds each statement of a recover may run (docs/api.md, "Bounds"): a 14-day window of a
+# busy workspace is read whole, event by event.
+RECOVER_TIMEOUT = 10.0
 EXPUNGED = "the delivery's event was expunged: its content is gone, so it cannot be sent again"
 IN_FLIGHT = (
     "the delivery is being attempted right now; a second request in parallel would reach the "
@@ -149,8 +152,14 @@ async def recover(
     never touched, so recover cannot make a second, parallel send. Expunged events are
     skipped: they have nothing left to send (a range is recovered as far as it can be; a
     retry of one expunged delivery, by contrast, is refused).
+
+    Its work grows with the window (every event of the workspace in it is read, and its data
+    compared with the payload filter), so each of its statements runs under a statement
+    timeout (RECOVER_TIMEOUT): past it the whole recover rolls back, changing nothing, and
+    the caller is told to narrow the window (Overloaded; docs/api.md, "Bounds").
     """
     async with db.transaction() as conn:
+        await conn.execute(f"SET LOCAL statement_timeout = {round(RECOVER_TIMEOUT * 1000)}")
         await expunge.hold_off_expunges(conn, workspace_id)
         hook = await _live_webhook(conn, workspace_id, webhook_id)
         if hook.disabled_at is not None:

@@ -2,6 +2,13 @@
 
 A page position is the (created_at, id) of the last row seen, so rows inserted while a client
 pages never shift or repeat rows it has already seen.
+
+A page's work is bounded in time (PAGE_TIMEOUT): its index walk reads the rows of the window
+newest first and stops at `limit + 1` matches, so a filter that the index does not cover
+(an event type, a delivery status, a message direction) over a window of years with few
+matches reads every row of the window. Past the limit the statement is cancelled in the
+database and the page refused as Overloaded (503 `overloaded`, reason `timeout`), its message
+saying how to narrow it (docs/api.md, "Bounds").
 """
 
 from __future__ import annotations
@@ -10,10 +17,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic
 
+from dispatcher.errors import Overloaded
 from dispatcher.store.database import Connection, Database
 from dispatcher.store.rows import RowT, as_rows
 
 Position = tuple[datetime, str]
+
+# Seconds one page's statement may run; asyncpg cancels it in the database past that.
+PAGE_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +90,17 @@ async def fetch_page(
         filters.add(f"({created_at}, {row_id}) < ({{}}, {{}})", after[0], after[1])
     where = " AND ".join(filters.conditions) or "TRUE"
     sql = f"{select} WHERE {where} ORDER BY {created_at} DESC, {row_id} DESC LIMIT {int(limit) + 1}"
-    records = await db.fetch(sql, *filters.args)
+    try:
+        records = await db.fetch(sql, *filters.args, timeout=PAGE_TIMEOUT)
+    except TimeoutError:
+        # asyncpg has cancelled the statement (a cancel request to the server); the
+        # connection stays usable. Caught here, before the pool's handler, which would take a
+        # timeout for a server that is gone and close the connection.
+        raise Overloaded(
+            f"this page took longer than {PAGE_TIMEOUT:g} s to read: narrow it with "
+            "`since` and `until`, or fewer filters, and retry",
+            reason="timeout",
+        ) from None
     if len(records) > limit:
         last = records[limit - 1]
         return Page(as_rows(row_type, records[:limit]), (last["created_at"], last["id"]))
