@@ -52,7 +52,7 @@ async def test_a_page_past_its_time_limit_is_a_503_and_is_cancelled(
                 " WHERE state = 'active' AND query LIKE '%FROM events%type%'"
                 " AND pid <> pg_backend_pid()"
             )
-        return running == 0
+        return bool(running == 0)
 
     await wait_for(cancelled, within=10, message="the cancelled page gone from the database")
     monkeypatch.undo()
