@@ -687,9 +687,11 @@ $$;
 -- decide (delivery_lanes). The key is read from the event only when such a subscriber exists.
 --
 -- Payload filters are compared under bounds (dispatcher_filter_passes) and within a time
--- limit from the call's start: 5 s, or `dispatcher.filter_time_limit` when set (a statement
--- timeout cannot do it: one set inside a function is not armed for the statement already
--- running, and an outbox call runs in the application's own transaction, under its settings).
+-- limit from the start of the publishing statement (statement_timestamp(): a batch's one
+-- statement shares it across its events): 5 s, or `dispatcher.filter_time_limit` when set. A
+-- statement timeout cannot do it: one set inside a function is not armed for the statement
+-- already running, and an outbox call runs in the application's own transaction, under its
+-- settings.
 CREATE OR REPLACE FUNCTION dispatcher_add_deliveries(
     p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text,
     p_number_id text, p_webhook_ids text[], p_due_at timestamptz, p_trigger text,
@@ -704,7 +706,7 @@ DECLARE
     fanned integer;
     -- The filter step's time limit: 5 s, or the setting dispatcher.filter_time_limit (an
     -- interval; per database, role, session or transaction).
-    filter_deadline timestamptz := clock_timestamp() + coalesce(
+    filter_deadline timestamptz := statement_timestamp() + coalesce(
         nullif(current_setting('dispatcher.filter_time_limit', true), '')::interval,
         interval '5 seconds');
 BEGIN
