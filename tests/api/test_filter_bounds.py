@@ -249,3 +249,34 @@ async def test_the_filter_steps_deadline_fails_the_publish_and_stores_nothing(
             )  # fmt: skip
     assert await delivered_ids(db, hook["id"]) == ["in-time"]
     assert await delivered_ids(db, unfiltered["id"]) == ["in-time"]
+
+
+@pytest.mark.parametrize("key", ["a,b", 'c"d', "{e}", "f g", "h\\\\i", "", "NULL", "é"])
+async def test_the_data_bound_finds_arrays_under_any_key(
+    client: TestClient[Any, Any], ws: Workspace, db: Database, key: str
+) -> None:
+    """Where a filter's arrays are is kept as the text of a text[] path: keys that need
+    quoting in that text (commas, quotes, braces, spaces, backslashes, empty, NULL) still
+    lead to their array, saved or given."""
+    wanted = {key: {key: ["vip"]}}
+    hook = await subscribe(client, ws, filter=wanted)
+    async with db.acquire() as conn:
+        stored = await conn.fetchval(
+            "SELECT payload_filter_arrays FROM webhooks WHERE id = $1", hook["id"]
+        )
+    assert stored == [path_text(key)]
+    for length, passes in ((N, True), (N + 1, False)):
+        data = {key: {key: [f"t{i}" for i in range(length - 1)] + ["vip"]}}
+        resp = await filter_test(client, ws, hook["id"], {"data": data})
+        assert await resp.json() == {"matches": passes}, length
+        resp = await filter_test(client, ws, hook["id"], {"data": data, "filter": wanted})
+        assert await resp.json() == {"matches": passes}, length
+
+
+def path_text(key: str) -> str:
+    """The text of ARRAY[key, key] as Postgres writes it."""
+    needs_quotes = key == "" or key.upper() == "NULL" or any(c in key for c in ',"{}\\ ')
+    if not needs_quotes:
+        return f"{{{key},{key}}}"
+    quoted = '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return f"{{{quoted},{quoted}}}"
