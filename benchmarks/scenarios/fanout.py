@@ -14,8 +14,8 @@ event (data of about 1 MiB, the API's body limit: an array at the compared bound
 elements, each of the filter's elements found only at its end, beside 12,000 keys sharing a
 prefix with the filter's and a bulk array), which the data contains: every comparison does
 all its work and every delivery is made; beside it, the same event unfiltered and the filter
-step alone (the rule over the 10,000 subscriptions, nothing written), for information. Target: every enqueue under 1 s, filtered or
-not, the worst case included. The database is created for the run and never ANALYZEd by the
+step alone (the rule over the 10,000 subscriptions, nothing written), for information.
+Target: every enqueue under 1 s, filtered or not, the worst case included. The database is created for the run and never ANALYZEd by the
 harness (autovacuum as the server ships it).
 """
 
