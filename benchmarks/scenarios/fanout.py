@@ -15,8 +15,8 @@ elements, each of the filter's elements found only at its end, beside 12,000 key
 prefix with the filter's and a bulk array), which the data contains: every comparison does
 all its work and every delivery is made; beside it, the same event unfiltered and the filter
 step alone (the rule over the 10,000 subscriptions, nothing written), for information.
-Target: every enqueue under 1 s, filtered or not, the worst case included. The database is created for the run and never ANALYZEd by the
-harness (autovacuum as the server ships it).
+Target: every enqueue under 1 s, filtered or not, the worst case included. The database is
+created for the run and never ANALYZEd by the harness (autovacuum as the server ships it).
 """
 
 from __future__ import annotations
