@@ -16,7 +16,7 @@ import contextlib
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,7 +37,7 @@ from dispatcher.engine.worker import Engine
 from dispatcher.errors import ConfigurationError, DatabaseUnavailable, DispatcherError
 from dispatcher.settings import Settings, redact_url
 from dispatcher.store import operator_sink, schema, workspaces
-from dispatcher.store.database import Database
+from dispatcher.store.database import Database, engine_session
 from dispatcher.store.embedded import start_embedded, stop_embedded
 from dispatcher.store.key_cache import KeyCache
 from dispatcher.supervision import Supervisor
@@ -58,7 +58,10 @@ T = TypeVar("T")
 
 @asynccontextmanager
 async def database_for(
-    settings: Settings, *, acquire_timeout: float | None = None
+    settings: Settings,
+    *,
+    acquire_timeout: float | None = None,
+    session: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Database]:
     """A pool, not yet connected, for DATABASE_URL or for an embedded server started (and
     stopped) here; closed on the way out. `acquire_timeout` bounds each wait for a connection
@@ -69,7 +72,13 @@ async def database_for(
         url, server = await asyncio.to_thread(start_embedded, settings.pgdata)
         log.info("database.embedded", pgdata=settings.pgdata)
     assert url is not None
-    db = Database(url, min_size=1, max_size=settings.pool_size, acquire_timeout=acquire_timeout)
+    db = Database(
+        url,
+        min_size=1,
+        max_size=settings.pool_size,
+        acquire_timeout=acquire_timeout,
+        session=session,
+    )
     try:
         yield db
     finally:
@@ -318,7 +327,7 @@ async def run_api(
     end of a background task: BackgroundTaskFailed, once everything has stopped). The engine
     lets the demo receiver's URL, and no other, through the address guard."""
     settings, clock = services.settings, services.clock
-    engine_db = await engine_pool(db) if settings.engine else None
+    engine_db = await engine_pool(db, settings) if settings.engine else None
     exempt = [demo.receiver.url] if demo.receiver is not None else []
     engine = (
         Engine(engine_db or db, settings, clock, exempt_urls=exempt) if settings.engine else None
@@ -388,11 +397,16 @@ def readiness(
 ENGINE_POOL_SIZE = 4
 
 
-async def engine_pool(db: Database) -> Database | None:
+async def engine_pool(db: Database, settings: Settings) -> Database | None:
     """A small pool of the engine's own inside `serve`, so that its claims and records never
     queue behind API requests for a connection (under API load that wait was most of the
     delivery latency); None, and the engine shares the API's pool, if it cannot open now."""
-    engine_db = Database(db.url, min_size=1, max_size=ENGINE_POOL_SIZE)
+    engine_db = Database(
+        db.url,
+        min_size=1,
+        max_size=ENGINE_POOL_SIZE,
+        session=engine_session(settings.heartbeat_timeout),
+    )
     try:
         await engine_db.connect()
     except DispatcherError as exc:
@@ -451,7 +465,9 @@ async def work(settings: Settings) -> None:
     tracing.configure()
     metrics_runner = await start_metrics_port(settings, settings.host)
     try:
-        async with database_for(settings) as db:
+        # The worker's pool is the engine's: its sessions end when stalled in a transaction.
+        session = engine_session(settings.heartbeat_timeout)
+        async with database_for(settings, session=session) as db:
             if await wait_for_database(db, settings, stop, prepare_schema) is None:
                 return
             clock = SystemClock()
