@@ -124,8 +124,9 @@ HTTP_DURATION = Histogram(
 API_OVERLOADED = Counter(
     "dispatcher_api_overloaded_total",
     "API requests refused with 503 overloaded, by reason: requests (the bound on requests in "
-    "progress, DISPATCHER_MAX_REQUESTS_IN_PROGRESS) or pool (no database connection came free "
-    "within DISPATCHER_POOL_ACQUIRE_TIMEOUT).",
+    "progress, DISPATCHER_MAX_REQUESTS_IN_PROGRESS), pool (no database connection came free "
+    "within DISPATCHER_POOL_ACQUIRE_TIMEOUT) or timeout (a statement ran past its time limit: "
+    "a filter test, a publish's payload filters; docs/api.md, Bounds).",
     ["reason"],
 )
 API_REQUESTS_IN_PROGRESS = Gauge(
@@ -159,7 +160,7 @@ def _declare_label_values() -> None:
         WEBHOOKS_DISABLED.labels(reason)
     for outcome in ("success", "http_error", "timeout", "connection_error", "blocked"):
         ATTEMPT_DURATION.labels(outcome)
-    for reason in ("requests", "pool"):
+    for reason in ("requests", "pool", "timeout"):
         API_OVERLOADED.labels(reason)
 
 

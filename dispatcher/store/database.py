@@ -107,6 +107,15 @@ def is_unavailable(exc: BaseException) -> bool:
 
 
 def translate(exc: BaseException) -> DispatcherError:
+    if isinstance(exc, asyncpg.QueryCanceledError):
+        # 57014: a statement timeout, or a deadline of ours that fails the same way (the
+        # payload filters of a fan-out, dispatcher_filter_passes). The transaction is rolled
+        # back; nothing of it is stored. Work the database could not finish in time: retry.
+        return Overloaded(
+            "the database did not finish this request's work within its time limit; nothing "
+            "was stored: retry shortly",
+            reason="timeout",
+        )
     if is_unavailable(exc):
         detail = str(exc).strip()
         reason = type(exc).__name__ + (f" ({detail[:200]})" if detail else "")
