@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.json_values import MAX_JSON_DEPTH, MAX_NUMBER, MIN_NUMBER
-from dispatcher.store.database import Database
+from dispatcher.store.database import Database, StoreError
 from tests.conftest import Workspace
 
 DEPTHS = [
@@ -229,3 +229,91 @@ async def test_the_sql_outbox_applies_the_same_rule(
             await outbox(database_url, ws, data)
         assert raised.value.sqlstate == "22023", (literal, raised.value)
         assert "64-bit integers" in str(raised.value)
+
+
+async def read_everything(
+    client: TestClient[Any, Any], ws: Workspace, hook_id: str, event_ids: list[str]
+) -> None:
+    """Every GET and list that shows a webhook or an event answers 200 (the console's pages
+    are drawn from these same answers)."""
+    paths = [
+        "/v1/webhooks",
+        f"/v1/webhooks/{hook_id}",
+        f"/v1/webhooks/{hook_id}/deliveries",
+        "/v1/events",
+        *(f"/v1/events/{event_id}" for event_id in event_ids),
+        *(f"/v1/events/{event_id}/deliveries" for event_id in event_ids),
+    ]
+    deliveries = await client.get(f"/v1/webhooks/{hook_id}/deliveries", headers=ws.headers)
+    for item in (await deliveries.json())["data"]:
+        paths.append(f"/v1/webhooks/{hook_id}/deliveries/{item['id']}")
+        paths.append(f"/v1/webhooks/{hook_id}/deliveries/{item['id']}/attempts")
+    assert len(paths) > 10
+    for path in paths:
+        resp = await client.get(path, headers=ws.headers)
+        assert resp.status == 200, (path, await resp.text())
+        await resp.json()
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+async def test_everything_accepted_reads_back_everywhere(
+    client: TestClient[Any, Any], ws: Workspace, database_url: str, shape: str
+) -> None:
+    """The largest values each door takes: a filter and event data at the depth limit (and
+    numbers at the range's ends), through the API and the outbox."""
+    extremes = b'"id":"e","lo":%d,"hi":%d,' % (MIN_NUMBER, MAX_NUMBER)
+    data = nested(MAX_JSON_DEPTH, shape, extremes)
+    hook = await post(
+        client,
+        ws,
+        "/v1/webhooks",
+        b'{"url":"%s","events":["contact.updated"],"filter":' % URL.encode()
+        + nested(MAX_JSON_DEPTH, shape)
+        + b"}",
+    )
+    assert hook.status == 201, await hook.text()
+    hook_id = (await hook.json())["id"]
+    published = await post(
+        client, ws, "/v1/events", b'{"type":"contact.updated","data":' + data + b"}"
+    )
+    assert published.status == 202, await published.text()
+    via_api = (await published.json())["id"]
+    via_outbox = await outbox(database_url, ws, data)
+    got = await client.get(f"/v1/events/{via_api}", headers=ws.headers)
+    assert (await got.json())["data"] == orjson.loads(data)
+    listed = await client.get(f"/v1/webhooks/{hook_id}/deliveries", headers=ws.headers)
+    assert len((await listed.json())["data"]) == 2  # the filter matched both events
+    await read_everything(client, ws, hook_id, [via_api, via_outbox])
+
+
+async def test_an_answer_that_cannot_be_rendered_commits_nothing(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    """The class "no 500 after a commit": a write renders its answer before it commits. A
+    filter stored before the rule existed, 300 levels deep (no serialiser writes it), makes
+    the answer of a PATCH fail: the PATCH then changes nothing."""
+    hook_id = await make_hook(client, ws)
+    too_deep = b'{"k":' * 299 + b"{}" + b"}" * 299
+    async with db.acquire() as conn:
+        await conn.execute(
+            "UPDATE webhooks SET payload_filter = $2::text::jsonb WHERE id = $1",
+            hook_id,
+            too_deep.decode(),
+        )
+    resp = await client.patch(
+        f"/v1/webhooks/{hook_id}", json={"name": "renamed"}, headers=ws.headers
+    )
+    assert resp.status == 500
+    async with db.acquire() as conn:
+        name = await conn.fetchval("SELECT name FROM webhooks WHERE id = $1", hook_id)
+    assert name is None
+
+
+async def test_a_value_the_driver_cannot_encode_is_not_quoted_in_the_error(db: Database) -> None:
+    """The error (and so the log line of a 500) names the argument, never its value: the
+    value is request data."""
+    with pytest.raises(StoreError) as raised:
+        async with db.acquire() as conn:
+            await conn.fetchval("SELECT $1::int", "private-request-data")
+    assert "private-request-data" not in str(raised.value)
+    assert "query argument $1" in str(raised.value)
