@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from dispatcher import metrics, tracing
 from dispatcher.api.resources import ErrorBody, ErrorDetail
+from dispatcher.domain.json_values import DEPTH_PROBLEM, MAX_JSON_DEPTH, NUMBER_PROBLEM, in_range
 from dispatcher.errors import (
     Conflict,
     DatabaseUnavailable,
@@ -303,17 +304,35 @@ async def read_no_body(request: web.Request) -> None:
 
 
 def _decode(raw: bytes) -> Any:
-    """Parse a JSON body: UTF-8, no repeated keys, no NUL in strings."""
+    """Parse a JSON body: UTF-8, no repeated keys, no NUL in strings, nested no deeper than
+    a stored value may be (plus the levels a body wraps it in), numbers within 64-bit
+    integers' range (domain/json_values.py)."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if "depth limit" in exc.msg:  # orjson's own limit, 1,024 levels
+            raise _too_deep(raw) from exc
+        if "infinity" in exc.msg:  # 1e400: no double holds it
+            path = _number_path(raw) or "body"
+            raise ValidationFailed([FieldError(path, NUMBER_PROBLEM)]) from exc
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc.msg}") from exc
-    if isinstance(data, dict | list) and _may_repeat_keys(raw, data) and _has_duplicate_keys(raw):
-        raise ApiError(400, "invalid_json", "the body repeats a key in one object")
+    if isinstance(data, dict | list):
+        shape = _shape(data)
+        if shape is None:
+            raise _too_deep(raw)
+        keys, numbers_in_range = shape
+        # An integer literal beyond 64 bits is a float once parsed: found in the text, by its
+        # digits (19 or more), then named by a parse that keeps every literal as written.
+        if not numbers_in_range or _LONG_DIGITS.search(raw):
+            problem = _number_path(raw)
+            if problem is not None:
+                raise ValidationFailed([FieldError(problem, NUMBER_PROBLEM)])
+        if _may_repeat_keys(raw, keys) and _has_duplicate_keys(raw):
+            raise ApiError(400, "invalid_json", "the body repeats a key in one object")
     if b"u0000" in raw:
-        path = _nul_path(data, "body")
-        if path is not None:
-            raise ValidationFailed([FieldError(path, "strings must not contain NUL (\\u0000)")])
+        nul = _nul_path(data, "body")
+        if nul is not None:
+            raise ValidationFailed([FieldError(nul, "strings must not contain NUL (\\u0000)")])
     return data
 
 
@@ -345,29 +364,40 @@ _KEY_END = re.compile(rb'(\\*)"[ \t\r\n]*:')
 _PLAIN_KEY_END = re.compile(rb'"[ \t\r\n]*:')
 
 
-# Deeper than this, the fast count steps aside: the full check decides, as it always did (it
-# refuses a body nested past the interpreter's recursion limit).
-_COUNTED_DEPTH = 200
+# How deep a body may nest: a stored value's limit, plus the levels a body wraps such a value
+# in (the deepest: `{"events": [{"data": ...}]}`, 3). The value's own limit is checked, and
+# named, by the model of the field (api/models.py); this bound keeps every walk of a body
+# (these checks, the model's, the fingerprint's) short, whatever was sent.
+ENVELOPE_DEPTH = 3
+MAX_BODY_DEPTH = MAX_JSON_DEPTH + ENVELOPE_DEPTH
+# 19 digits or more: where an integer beyond 64 bits (2^63 has 19) may be written.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
-def _key_count(value: Any) -> int | None:
-    """Keys in a parsed JSON value, every object's at every depth (None: nested deeper than
-    `_COUNTED_DEPTH`). Iterative: a body's depth is the sender's to choose."""
+def _shape(value: Any) -> tuple[int, bool] | None:
+    """The keys of a parsed JSON value (every object's at every depth), and whether every
+    float in it is within range; None when it nests deeper than MAX_BODY_DEPTH. One
+    iterative walk: a body's depth is the sender's to choose."""
     count = 0
-    stack = [(value, 0)]
+    numbers_in_range = True
+    stack = [(value, 1)]
     while stack:
-        item, depth = stack.pop()
-        if depth > _COUNTED_DEPTH:
-            return None
+        item, level = stack.pop()
         if isinstance(item, dict):
+            if level > MAX_BODY_DEPTH:
+                return None
             count += len(item)
-            stack.extend((inner, depth + 1) for inner in item.values())
+            stack.extend((inner, level + 1) for inner in item.values())
         elif isinstance(item, list):
-            stack.extend((inner, depth + 1) for inner in item)
-    return count
+            if level > MAX_BODY_DEPTH:
+                return None
+            stack.extend((inner, level + 1) for inner in item)
+        elif type(item) is float and not in_range(item):
+            numbers_in_range = False
+    return count, numbers_in_range
 
 
-def _may_repeat_keys(raw: bytes, data: Any) -> bool:
+def _may_repeat_keys(raw: bytes, counted: int) -> bool:
     """False when the text has exactly as many keys as the parsed value: nothing repeated
     (a repeated key leaves the parsed object with fewer). A scan, not a second parse: most of
     the cost of reading a body was the stdlib parse of `_has_duplicate_keys`, now run only
@@ -376,8 +406,86 @@ def _may_repeat_keys(raw: bytes, data: Any) -> bool:
         written = len(_PLAIN_KEY_END.findall(raw))
     else:
         written = sum(len(m.group(1)) % 2 == 0 for m in _KEY_END.finditer(raw))
-    counted = _key_count(data)
-    return counted is None or written != counted
+    return written != counted
+
+
+# The tokens of a JSON text that tell where a value is: a string (a key when a colon follows
+# it), an opening or closing bracket, a comma. Inside a string every `"` is escaped.
+_TOKEN = re.compile(rb'"((?:[^"\\]|\\.)*)"[ \t\r\n]*(:)?|[\[\]{},]', re.DOTALL)
+
+
+def _too_deep(raw: bytes) -> ValidationFailed:
+    """The refusal of a body nested deeper than MAX_BODY_DEPTH, naming the field that does
+    (`body.data`, `body.events[3].data`). Found by a scan of the text, which needs no parse
+    (a body too deep for the parser is named too)."""
+    path: list[str | int] = []
+    kinds: list[bytes] = []
+    for token in _TOKEN.finditer(raw):
+        text = token.group(0)
+        if text in (b"{", b"["):
+            kinds.append(text)
+            if len(kinds) > MAX_BODY_DEPTH:
+                break
+            path.append(0 if text == b"[" else "")
+        elif text in (b"}", b"]"):
+            if kinds:
+                kinds.pop()
+                path.pop()
+        elif text == b",":
+            if kinds and kinds[-1] == b"[":
+                path[-1] = int(path[-1]) + 1
+        elif token.group(2) and kinds:  # a key
+            try:
+                path[-1] = json.loads(b'"' + token.group(1) + b'"')
+            except ValueError:
+                path[-1] = "?"
+    return ValidationFailed([FieldError(_field_of(path), DEPTH_PROBLEM)])
+
+
+def _field_of(path: list[str | int]) -> str:
+    """The field a path within the body is in, as the contract names it: its first key, and
+    through a list of objects the key in the item (`body.events[3].data`)."""
+    name = "body"
+    if not path or not isinstance(path[0], str):
+        return name
+    name += f".{path[0]}"
+    rest = path[1:]
+    while len(rest) >= 2 and isinstance(rest[0], int) and isinstance(rest[1], str):
+        name += f"[{rest[0]}].{rest[1]}"
+        rest = rest[2:]
+    return name
+
+
+class _OutOfRange:
+    """A number beyond MIN_NUMBER..MAX_NUMBER, as `_number_path`'s parse leaves it."""
+
+
+def _number_path(raw: bytes) -> str | None:
+    """Where the first number beyond 64-bit integers' range is (`body.data.count`), or None.
+    A parse that keeps every literal as written, run only when the fast checks suspect one
+    (the body is no deeper than MAX_BODY_DEPTH by then, or fails the same way at its
+    start)."""
+
+    def number(text: str) -> int | float | _OutOfRange:
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+        return value if in_range(value) else _OutOfRange()
+
+    try:
+        parsed = json.loads(raw, parse_int=number, parse_float=number)
+    except (ValueError, RecursionError):
+        return "body"
+    stack: list[tuple[Any, str]] = [(parsed, "body")]
+    while stack:  # depth first, in the text's order: the first such number is named
+        item, path = stack.pop()
+        if isinstance(item, _OutOfRange):
+            return path
+        if isinstance(item, dict):
+            stack.extend((inner, f"{path}.{key}") for key, inner in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend(
+                (inner, f"{path}.{index}") for index, inner in reversed(list(enumerate(item)))
+            )
+    return None
 
 
 def _has_duplicate_keys(raw: bytes) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
@@ -121,10 +122,24 @@ def translate(exc: BaseException) -> DispatcherError:
         reason = type(exc).__name__ + (f" ({detail[:200]})" if detail else "")
         return DatabaseUnavailable(f"database unavailable: {reason}")
     if isinstance(exc, asyncpg.PostgresError):
-        return StoreError(f"database error {exc.sqlstate}: {exc}")
+        return StoreError(f"database error {exc.sqlstate}: {_unquoted(exc)}")
     if isinstance(exc, NOT_UNAVAILABLE):
-        return StoreError(f"database client error: {exc}")
+        return StoreError(f"database client error: {_unquoted(exc)}")
     return DispatcherError(str(exc))
+
+
+def _unquoted(exc: BaseException) -> str:
+    """The error's text, without the value asyncpg quotes when it cannot encode an argument
+    ("invalid input for query argument $13: {'a': ..."): that value is request data, and
+    this text reaches the log line of a 500. Which argument, and the kind of error, stay."""
+    text = str(exc)
+    argument = _ARGUMENT.search(text)
+    if argument is None:
+        return text
+    return f"{type(exc).__name__}: invalid input for {argument.group(0)}"
+
+
+_ARGUMENT = re.compile(r"query argument \$\d+")
 
 
 def terminate(conn: Connection) -> None:
