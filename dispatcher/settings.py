@@ -48,6 +48,13 @@ class Settings:
     max_requests_in_progress: int = REQUESTS_PER_CONNECTION * 10
     admission_timeout: float = 0.05
     pool_acquire_timeout: float = 0.5
+    # Slow clients (docs/configuration.md, "Slow clients"): how long a connection may take to
+    # send a request's head, then its body, how long it may sit idle between requests, and
+    # how many connections a `serve` process keeps open at once.
+    head_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keepalive_timeout: float = 75.0
+    max_connections: int = 1000
     # Delivery engine
     retry_schedule: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE
     request_timeout: float = 15.0
@@ -108,6 +115,10 @@ class Settings:
         )
         read("DISPATCHER_ADMISSION_TIMEOUT", "admission_timeout", _float_between(0.0, 10.0))
         read("DISPATCHER_POOL_ACQUIRE_TIMEOUT", "pool_acquire_timeout", _float_between(0.01, 60.0))
+        read("DISPATCHER_HEAD_TIMEOUT", "head_timeout", _float_between(0.1, 600.0))
+        read("DISPATCHER_BODY_TIMEOUT", "body_timeout", _float_between(0.1, 3600.0))
+        read("DISPATCHER_KEEPALIVE_TIMEOUT", "keepalive_timeout", _float_between(0.1, 3600.0))
+        read("DISPATCHER_MAX_CONNECTIONS", "max_connections", _int_between(1, 1_000_000))
         read("DISPATCHER_RETRY_SCHEDULE", "retry_schedule", _schedule)
         read("DISPATCHER_REQUEST_TIMEOUT", "request_timeout", _float_between(0.1, 30.0))
         read("DISPATCHER_DISABLE_AFTER", "disable_after", _float_between(0.0, 10 * 365 * 86400))

@@ -1,11 +1,12 @@
 """Responses, the one error shape, request ids, and reading JSON bodies (or their absence).
 
 The error shape also covers requests aiohttp's own HTTP parser refuses before any middleware
-runs (see ShapedErrorProtocol).
+runs (see ShapedErrorProtocol; api/connections.py installs it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import random
@@ -13,8 +14,9 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from http import HTTPStatus
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import orjson
 import structlog
@@ -46,6 +48,13 @@ REQUEST_ID_HEADER = "X-Request-Id"
 # both pass quickly; a client that spreads its retries (jitter) helps the process recover.
 RETRY_AFTER = "1"
 TRACE = web.RequestKey("trace", str)
+# What a request does while it waits for a body that had not arrived with its head (a slow
+# client's): each entry is entered before the wait and left once the body is in, the last
+# first. The admission middleware gives its slot back meanwhile (a slow body must not crowd
+# out other requests), and `admit` looks the key up again after it (a key revoked during the
+# wait writes nothing).
+BodyWait = Callable[[], AbstractAsyncContextManager[None]]
+BODY_WAITS = web.RequestKey("body_waits", list[BodyWait])
 WORKSPACE_ID = web.RequestKey("workspace_id", str)
 _REQUEST_ID_SHAPE = re.compile(r"^[A-Za-z0-9_\-]{8,64}$")
 
@@ -69,6 +78,14 @@ class ApiError(Exception):
         self.message = message
         self.errors = errors
         self.headers = headers or {}
+
+
+class RequestBodyTimeout(TimeoutError):
+    """The request's body did not arrive within DISPATCHER_BODY_TIMEOUT of its head.
+
+    Raised by the body's reads (api/connections.py sets it on the request's payload); the
+    error middleware answers it 408 `request_timeout` and closes the connection. A
+    TimeoutError so that aiohttp's own draining of an unread body stops on it too."""
 
 
 def json_response(
@@ -194,6 +211,10 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         if exc.status < 400:
             raise
         response = _error_response(_from_http(exc), trace)
+    except RequestBodyTimeout:
+        message = "the request body did not arrive within DISPATCHER_BODY_TIMEOUT"
+        response = _error_response(ApiError(408, "request_timeout", message), trace)
+        response.force_close()
     except Exception:
         log.exception("api.unhandled", trace=trace, method=request.method, path=request.path)
         response = _error_response(from_domain(DispatcherError()), trace)
@@ -267,7 +288,13 @@ def _check_length(request: web.Request) -> None:
 
 async def _read_raw(request: web.Request) -> bytes:
     _check_length(request)
-    raw = await request.read()
+    if request.content.is_eof():  # it came with the head (or was read already): no wait
+        raw = await request.read()
+    else:
+        async with contextlib.AsyncExitStack() as stack:
+            for wait in request.get(BODY_WAITS, ()):
+                await stack.enter_async_context(wait())
+            raw = await request.read()
     if len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
     return raw
@@ -442,8 +469,8 @@ def _field_error(root: str, err: Any, brackets: bool = False) -> FieldError:
 # bytes, too many headers, broken framing, TLS on the plain port) never reach a middleware:
 # the protocol answers them itself with `RequestHandler.handle_error`, in text/plain and
 # without a request id. aiohttp has no supported hook for that answer (aio-libs/aiohttp#3287),
-# so the protocol class is replaced for this app's servers; see docs/api.md for what remains
-# out of reach.
+# so the protocol class is replaced for this app's servers (api/connections.py, which also
+# holds connections to their time bounds); see docs/api.md for what remains out of reach.
 _PARSER_REASON = re.compile(r"[A-Za-z][A-Za-z -]{0,79}")
 
 
@@ -512,7 +539,7 @@ class ShapedErrorServer(web.Server):
     """A web.Server whose connections speak ShapedErrorProtocol."""
 
     @classmethod
-    def like(cls, server: web.Server) -> ShapedErrorServer:
+    def like(cls, server: web.Server) -> Self:
         """The same server (handler, request factory, protocol settings), reshaped."""
         return cls(
             server.request_handler,
@@ -524,20 +551,3 @@ class ShapedErrorServer(web.Server):
 
     def __call__(self) -> web.RequestHandler:
         return ShapedErrorProtocol(self, loop=self._loop, **self._kwargs)
-
-
-def shape_parser_errors(app: web.Application) -> None:
-    """Make every server aiohttp builds for `app` a ShapedErrorServer, whoever runs it
-    (`dispatcher serve`'s AppRunner, the tests' TestServer).
-
-    Every runner builds its server with the app's `_make_handler`; wrapping that one method on
-    this instance is the narrowest place aiohttp 3.14 leaves. `object.__setattr__` because
-    Application.__setattr__ warns about custom attributes in debug mode, and this one is
-    deliberate.
-    """
-    build = app._make_handler
-
-    def make_handler(**kwargs: Any) -> web.Server:
-        return ShapedErrorServer.like(build(**kwargs))
-
-    object.__setattr__(app, "_make_handler", make_handler)
