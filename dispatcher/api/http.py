@@ -24,6 +24,7 @@ from aiohttp import http_exceptions, web
 from pydantic import BaseModel, ValidationError
 
 from dispatcher import metrics, tracing
+from dispatcher.api import console
 from dispatcher.api.resources import ErrorBody, ErrorDetail
 from dispatcher.errors import (
     Conflict,
@@ -219,6 +220,10 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         log.exception("api.unhandled", trace=trace, method=request.method, path=request.path)
         response = _error_response(from_domain(DispatcherError()), trace)
     response.headers[REQUEST_ID_HEADER] = trace
+    if request.path == console.PREFIX or request.path.startswith(console.PREFIX + "/"):
+        # Under /console every answer, an error too (an unknown file, a method, a query),
+        # carries the console's policy and headers (docs/console.md).
+        response.headers.update(console.HEADERS)
     elapsed = time.perf_counter() - started
     route = route_template(request)
     counted, timed = _request_metrics(route, request.method, response.status)
@@ -265,8 +270,31 @@ async def tracing_middleware(request: web.Request, handler: Handler) -> web.Stre
         return response
 
 
+# Every error answer is JSON that no browser takes for a page: `nosniff`, and the characters
+# that could open markup written as JSON escapes. A message or a field's path may quote what
+# the client sent (an unknown parameter's name, a value); a JSON client reads it unchanged,
+# while no byte of it reads as HTML to anything that sniffs, or mis-serves, the answer.
+_MARKUP = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"), (b"'", b"\\u0027"))
+ERROR_HEADERS = {"X-Content-Type-Options": "nosniff"}
+
+
+def error_response(
+    error: ApiError, trace: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    """The one rendering of an error answer (the middleware's and the protocol's)."""
+    body = orjson.dumps(error_body(error, trace))
+    for char, escaped in _MARKUP:
+        body = body.replace(char, escaped)
+    return web.Response(
+        body=body,
+        status=error.status,
+        content_type="application/json",
+        headers={**ERROR_HEADERS, **error.headers, **(headers or {})},
+    )
+
+
 def _error_response(error: ApiError, trace: str) -> web.Response:
-    return json_response(error_body(error, trace), status=error.status, headers=error.headers)
+    return error_response(error, trace)
 
 
 def single_header(request: web.Request, name: str) -> str | None:
@@ -526,11 +554,7 @@ class ShapedErrorProtocol(web.RequestHandler):
                 reason=error.message,
                 request_id=trace,
             )
-        response = json_response(
-            error_body(error, trace),
-            status=error.status,
-            headers={**error.headers, REQUEST_ID_HEADER: trace},
-        )
+        response = error_response(error, trace, {REQUEST_ID_HEADER: trace})
         response.force_close()
         return response
 
