@@ -39,7 +39,10 @@ class Settings:
     engine: bool = True
     log_format: str = "auto"
     log_level: str = "info"
-    demo: bool = True
+    # The demo workspace (and its key, printed once): by default only with the embedded
+    # Postgres, a developer's machine; against a DATABASE_URL only when asked for
+    # (DISPATCHER_DEMO=on), so that a deployment never mints a credential into its logs.
+    demo: bool = False
     pool_size: int = 10
     startup_timeout: float = 60.0
     # Backpressure (docs/configuration.md, "Overload"): API requests in progress at most (by
@@ -106,6 +109,7 @@ class Settings:
         read("DISPATCHER_LOG_FORMAT", "log_format", _choice("auto", "json", "console"))
         read("DISPATCHER_LOG_LEVEL", "log_level", _choice("debug", "info", "warning", "error"))
         read("DISPATCHER_DEMO", "demo", _on_off)
+        values.setdefault("demo", "database_url" not in values)
         read("DISPATCHER_POOL_SIZE", "pool_size", _int_between(2, 1000))
         read("DISPATCHER_STARTUP_TIMEOUT", "startup_timeout", _float_between(0.0, 3600.0))
         read("DISPATCHER_MAX_REQUESTS_IN_PROGRESS", "max_requests_in_progress",
