@@ -5,9 +5,11 @@ Every setting is documented in docs/configuration.md; names are a contract with 
 
 from __future__ import annotations
 
+import difflib
+import functools
 import ipaddress
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
@@ -167,6 +169,59 @@ class Settings:
                 value = "***" if value else None
             out[f.name] = value
         return out
+
+
+PREFIX = "DISPATCHER_"
+
+
+class _Asked(Mapping[str, str]):
+    """An empty environment that remembers every name it is asked for."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def __getitem__(self, name: str) -> str:
+        self.names.add(name)
+        raise KeyError(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self.names.add(name)
+        return default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+@functools.cache
+def known_variables() -> frozenset[str]:
+    """Every DISPATCHER_* variable a setting is read from: the names `Settings.from_env` asks
+    the environment for (so that this list can never fall behind the settings)."""
+    asked = _Asked()
+    Settings.from_env(asked)
+    return frozenset(name for name in asked.names if name.startswith(PREFIX))
+
+
+def unknown_variables(env: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """The DISPATCHER_* variables of `env` that no setting reads (a typo is otherwise
+    silently ignored, and its setting left at its default), each with the closest known
+    name, when one is close."""
+    env = os.environ if env is None else env
+    known = known_variables()
+    return [(name, _closest(name, known)) for name in sorted(env)
+            if name.startswith(PREFIX) and name not in known]  # fmt: skip
+
+
+def _closest(name: str, known: frozenset[str]) -> str | None:
+    """The known name closest to `name`, compared without the prefix they all share (which
+    would make any two look alike)."""
+    # Upper case too: a variable spelled in lower case is the commonest slip of all.
+    rest = name.removeprefix(PREFIX).upper()
+    suffixes = [known_name.removeprefix(PREFIX) for known_name in sorted(known)]
+    found = difflib.get_close_matches(rest, suffixes, n=1, cutoff=0.75)
+    return PREFIX + found[0] if found else None
 
 
 def _read_secret(env: Mapping[str, str], values: dict[str, Any]) -> None:
