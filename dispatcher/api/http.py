@@ -314,7 +314,10 @@ def _check_length(request: web.Request) -> None:
         raise ApiError(413, "payload_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
 
 
-async def _read_raw(request: web.Request) -> bytes:
+async def read_body(request: web.Request) -> bytes:
+    """The request's body, at most MAX_BODY_BYTES: the one read of a body, so that a body
+    still on its way runs the request's BODY_WAITS (no admission slot held meanwhile, the
+    key looked up again after it)."""
     _check_length(request)
     if request.content.is_eof():  # it came with the head (or was read already): no wait
         raw = await request.read()
@@ -337,7 +340,7 @@ def _require_json_type(request: web.Request) -> None:
 async def read_json(request: web.Request) -> Any:
     _check_length(request)
     _require_json_type(request)
-    return _decode(await _read_raw(request))
+    return _decode(await read_body(request))
 
 
 async def read_no_body(request: web.Request) -> None:
@@ -346,7 +349,7 @@ async def read_no_body(request: web.Request) -> None:
     believes a body it sent did something."""
     if not request.body_exists:
         return
-    raw = await _read_raw(request)
+    raw = await read_body(request)
     if not raw:
         return
     _require_json_type(request)
