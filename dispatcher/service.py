@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
 import signal
 import socket
 import sys
@@ -26,6 +27,7 @@ from aiohttp import web
 
 from dispatcher import monitor, tracing
 from dispatcher.api.app import create_app
+from dispatcher.api.connections import ConnectionLimits
 from dispatcher.api.context import SCOPES, Services
 from dispatcher.api.demo import DemoReceiver, receiver_url
 from dispatcher.api.health import ReadinessCheck, starting_app
@@ -222,6 +224,38 @@ def stop_signals() -> asyncio.Event:
     return stop
 
 
+# Open files a `serve` process needs besides its clients' connections: its pools (API and
+# engine), its listeners, the engine's outbound connections are counted apart (max_in_flight).
+OPEN_FILES_RESERVE = 256
+
+
+def ensure_open_files(settings: Settings) -> None:
+    """Raise the soft open-file limit, up to the hard one, to what the bounds need: every
+    client connection (DISPATCHER_MAX_CONNECTIONS) and every delivery in flight is a file
+    descriptor. Past the limit, accept() fails for everyone, a slow client's connection and
+    a good one's alike; the connection bound is what must refuse first. What cannot be
+    raised is logged (`api.open_files_low`), naming the settings to lower."""
+    needed = settings.max_connections + settings.max_in_flight + OPEN_FILES_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if raised > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError) as exc:
+            log.debug("api.open_files_not_raised", error=str(exc))
+    if soft < needed:
+        log.warning(
+            "api.open_files_low",
+            limit=soft,
+            needed=needed,
+            hint="raise `ulimit -n`, or lower DISPATCHER_MAX_CONNECTIONS / "
+            "DISPATCHER_MAX_IN_FLIGHT",
+        )
+
+
 def listen(host: str, port: int) -> list[socket.socket]:
     """Bind the API port first thing, as the event loop would (every address `host` resolves
     to, SO_REUSEADDR, IPv6 sockets v6-only): probes get an answer while the database is being
@@ -268,6 +302,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
     settings = settings.with_changes(host=host, port=port)
     demo_url = receiver_url(sockets[0].getsockname())
     log.info("dispatcher.start", settings=settings.redacted(), host=host, port=port)
+    ensure_open_files(settings)
     metrics_runner: web.AppRunner | None = None
     starting: web.AppRunner | None = None
 
@@ -283,7 +318,11 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         metrics_runner = await start_metrics_port(settings, host)
         # Until the database is reached: alive, not ready, API 503 (see api/health.py).
         starting = web.AppRunner(
-            starting_app(engine=settings.engine, serve_metrics=settings.metrics_port is None),
+            starting_app(
+                engine=settings.engine,
+                serve_metrics=settings.metrics_port is None,
+                limits=ConnectionLimits.of(settings),
+            ),
             access_log=None,
         )
         await starting.setup()

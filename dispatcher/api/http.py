@@ -1,11 +1,12 @@
 """Responses, the one error shape, request ids, and reading JSON bodies (or their absence).
 
 The error shape also covers requests aiohttp's own HTTP parser refuses before any middleware
-runs (see ShapedErrorProtocol).
+runs (see ShapedErrorProtocol; api/connections.py installs it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import random
@@ -13,8 +14,9 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from http import HTTPStatus
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import orjson
 import structlog
@@ -22,6 +24,7 @@ from aiohttp import http_exceptions, web
 from pydantic import BaseModel, ValidationError
 
 from dispatcher import metrics, tracing
+from dispatcher.api import console
 from dispatcher.api.resources import ErrorBody, ErrorDetail
 from dispatcher.domain.json_values import DEPTH_PROBLEM, MAX_JSON_DEPTH, NUMBER_PROBLEM, in_range
 from dispatcher.errors import (
@@ -47,6 +50,13 @@ REQUEST_ID_HEADER = "X-Request-Id"
 # both pass quickly; a client that spreads its retries (jitter) helps the process recover.
 RETRY_AFTER = "1"
 TRACE = web.RequestKey("trace", str)
+# What a request does while it waits for a body that had not arrived with its head (a slow
+# client's): each entry is entered before the wait and left once the body is in, the last
+# first. The admission middleware gives its slot back meanwhile (a slow body must not crowd
+# out other requests), and `admit` looks the key up again after it (a key revoked during the
+# wait writes nothing).
+BodyWait = Callable[[], AbstractAsyncContextManager[None]]
+BODY_WAITS = web.RequestKey("body_waits", list[BodyWait])
 WORKSPACE_ID = web.RequestKey("workspace_id", str)
 _REQUEST_ID_SHAPE = re.compile(r"^[A-Za-z0-9_\-]{8,64}$")
 
@@ -70,6 +80,14 @@ class ApiError(Exception):
         self.message = message
         self.errors = errors
         self.headers = headers or {}
+
+
+class RequestBodyTimeout(TimeoutError):
+    """The request's body did not arrive within DISPATCHER_BODY_TIMEOUT of its head.
+
+    Raised by the body's reads (api/connections.py sets it on the request's payload); the
+    error middleware answers it 408 `request_timeout` and closes the connection. A
+    TimeoutError so that aiohttp's own draining of an unread body stops on it too."""
 
 
 def json_response(
@@ -195,10 +213,18 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         if exc.status < 400:
             raise
         response = _error_response(_from_http(exc), trace)
+    except RequestBodyTimeout:
+        message = "the request body did not arrive within DISPATCHER_BODY_TIMEOUT"
+        response = _error_response(ApiError(408, "request_timeout", message), trace)
+        response.force_close()
     except Exception:
         log.exception("api.unhandled", trace=trace, method=request.method, path=request.path)
         response = _error_response(from_domain(DispatcherError()), trace)
     response.headers[REQUEST_ID_HEADER] = trace
+    if request.path == console.PREFIX or request.path.startswith(console.PREFIX + "/"):
+        # Under /console every answer, an error too (an unknown file, a method, a query),
+        # carries the console's policy and headers (docs/console.md).
+        response.headers.update(console.HEADERS)
     elapsed = time.perf_counter() - started
     route = route_template(request)
     counted, timed = _request_metrics(route, request.method, response.status)
@@ -245,8 +271,31 @@ async def tracing_middleware(request: web.Request, handler: Handler) -> web.Stre
         return response
 
 
+# Every error answer is JSON that no browser takes for a page: `nosniff`, and the characters
+# that could open markup written as JSON escapes. A message or a field's path may quote what
+# the client sent (an unknown parameter's name, a value); a JSON client reads it unchanged,
+# while no byte of it reads as HTML to anything that sniffs, or mis-serves, the answer.
+_MARKUP = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"), (b"'", b"\\u0027"))
+ERROR_HEADERS = {"X-Content-Type-Options": "nosniff"}
+
+
+def error_response(
+    error: ApiError, trace: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    """The one rendering of an error answer (the middleware's and the protocol's)."""
+    body = orjson.dumps(error_body(error, trace))
+    for char, escaped in _MARKUP:
+        body = body.replace(char, escaped)
+    return web.Response(
+        body=body,
+        status=error.status,
+        content_type="application/json",
+        headers={**ERROR_HEADERS, **error.headers, **(headers or {})},
+    )
+
+
 def _error_response(error: ApiError, trace: str) -> web.Response:
-    return json_response(error_body(error, trace), status=error.status, headers=error.headers)
+    return error_response(error, trace)
 
 
 def single_header(request: web.Request, name: str) -> str | None:
@@ -266,9 +315,18 @@ def _check_length(request: web.Request) -> None:
         raise ApiError(413, "payload_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
 
 
-async def _read_raw(request: web.Request) -> bytes:
+async def read_body(request: web.Request) -> bytes:
+    """The request's body, at most MAX_BODY_BYTES: the one read of a body, so that a body
+    still on its way runs the request's BODY_WAITS (no admission slot held meanwhile, the
+    key looked up again after it)."""
     _check_length(request)
-    raw = await request.read()
+    if request.content.is_eof():  # it came with the head (or was read already): no wait
+        raw = await request.read()
+    else:
+        async with contextlib.AsyncExitStack() as stack:
+            for wait in request.get(BODY_WAITS, ()):
+                await stack.enter_async_context(wait())
+            raw = await request.read()
     if len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
     return raw
@@ -283,7 +341,7 @@ def _require_json_type(request: web.Request) -> None:
 async def read_json(request: web.Request) -> Any:
     _check_length(request)
     _require_json_type(request)
-    return _decode(await _read_raw(request))
+    return _decode(await read_body(request))
 
 
 async def read_no_body(request: web.Request) -> None:
@@ -292,7 +350,7 @@ async def read_no_body(request: web.Request) -> None:
     believes a body it sent did something."""
     if not request.body_exists:
         return
-    raw = await _read_raw(request)
+    raw = await read_body(request)
     if not raw:
         return
     _require_json_type(request)
@@ -550,8 +608,8 @@ def _field_error(root: str, err: Any, brackets: bool = False) -> FieldError:
 # bytes, too many headers, broken framing, TLS on the plain port) never reach a middleware:
 # the protocol answers them itself with `RequestHandler.handle_error`, in text/plain and
 # without a request id. aiohttp has no supported hook for that answer (aio-libs/aiohttp#3287),
-# so the protocol class is replaced for this app's servers; see docs/api.md for what remains
-# out of reach.
+# so the protocol class is replaced for this app's servers (api/connections.py, which also
+# holds connections to their time bounds); see docs/api.md for what remains out of reach.
 _PARSER_REASON = re.compile(r"[A-Za-z][A-Za-z -]{0,79}")
 
 
@@ -607,11 +665,7 @@ class ShapedErrorProtocol(web.RequestHandler):
                 reason=error.message,
                 request_id=trace,
             )
-        response = json_response(
-            error_body(error, trace),
-            status=error.status,
-            headers={**error.headers, REQUEST_ID_HEADER: trace},
-        )
+        response = error_response(error, trace, {REQUEST_ID_HEADER: trace})
         response.force_close()
         return response
 
@@ -620,7 +674,7 @@ class ShapedErrorServer(web.Server):
     """A web.Server whose connections speak ShapedErrorProtocol."""
 
     @classmethod
-    def like(cls, server: web.Server) -> ShapedErrorServer:
+    def like(cls, server: web.Server) -> Self:
         """The same server (handler, request factory, protocol settings), reshaped."""
         return cls(
             server.request_handler,
@@ -632,20 +686,3 @@ class ShapedErrorServer(web.Server):
 
     def __call__(self) -> web.RequestHandler:
         return ShapedErrorProtocol(self, loop=self._loop, **self._kwargs)
-
-
-def shape_parser_errors(app: web.Application) -> None:
-    """Make every server aiohttp builds for `app` a ShapedErrorServer, whoever runs it
-    (`dispatcher serve`'s AppRunner, the tests' TestServer).
-
-    Every runner builds its server with the app's `_make_handler`; wrapping that one method on
-    this instance is the narrowest place aiohttp 3.14 leaves. `object.__setattr__` because
-    Application.__setattr__ warns about custom attributes in debug mode, and this one is
-    deliberate.
-    """
-    build = app._make_handler
-
-    def make_handler(**kwargs: Any) -> web.Server:
-        return ShapedErrorServer.like(build(**kwargs))
-
-    object.__setattr__(app, "_make_handler", make_handler)
