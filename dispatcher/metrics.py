@@ -135,6 +135,19 @@ API_REQUESTS_IN_PROGRESS = Gauge(
     "(the probes and /metrics are not counted).",
 )
 
+API_CONNECTIONS_OPEN = Gauge(
+    "dispatcher_api_connections_open",
+    "Client connections open on the API port now (bounded by DISPATCHER_MAX_CONNECTIONS).",
+)
+API_CONNECTIONS_CLOSED = Counter(
+    "dispatcher_api_connections_closed_total",
+    "Client connections the API closed on its own, by reason: head_timeout (no complete "
+    "request head within DISPATCHER_HEAD_TIMEOUT), body_timeout (DISPATCHER_BODY_TIMEOUT), "
+    "evicted (the one waiting longest for a head, to make room past DISPATCHER_MAX_CONNECTIONS) "
+    "or refused (past the bound with every connection serving a request).",
+    ["reason"],
+)
+
 
 def status_class(status: int | None) -> str:
     return "none" if status is None else f"{status // 100}xx"
@@ -162,6 +175,8 @@ def _declare_label_values() -> None:
         ATTEMPT_DURATION.labels(outcome)
     for reason in ("requests", "pool", "timeout"):
         API_OVERLOADED.labels(reason)
+    for reason in ("head_timeout", "body_timeout", "evicted", "refused"):
+        API_CONNECTIONS_CLOSED.labels(reason)
 
 
 _declare_label_values()

@@ -94,10 +94,23 @@ async def create(
     payload_filter: Mapping[str, Any] | None = None,
     rate_limit: int | None = None,
     ordering: Ordering = Ordering.NONE,
+    answer: Callable[[WebhookRow, str], None] | None = None,
 ) -> tuple[WebhookRow, str]:
     """A new live subscription; returns it and its signing secret. The custom headers and
     the filter are stored as given (the API checked them; `{}` filters nothing). On a
-    connection of its own, or on the caller's (the demo is made in one transaction)."""
+    connection of its own, or on the caller's (the demo is made in one transaction).
+
+    `answer`, when given, is called with the new webhook and its secret before the insert
+    commits (the API renders its answer there): when it raises, nothing is stored, so a
+    client is never left with a webhook it was not told of."""
+    if answer is not None and isinstance(db, Database):
+        async with db.transaction() as conn:
+            return await create(
+                conn, workspace_id=workspace_id, url=url, events=events, name=name,
+                number_ids=number_ids, max_concurrency=max_concurrency, now=now,
+                headers=headers, secret_headers=secret_headers, payload_filter=payload_filter,
+                rate_limit=rate_limit, ordering=ordering, answer=answer,
+            )  # fmt: skip
     secret = new_secret()
     row = await fetch_row(
         db,
@@ -119,6 +132,8 @@ async def create(
         ordering,
     )
     assert row is not None  # the insert returns the row it made
+    if answer is not None:
+        answer(row, secret)
     return row, secret
 
 
@@ -189,6 +204,7 @@ async def update(
     changes: WebhookChanges,
     now: datetime,
     check: Callable[[LockedWebhookRow], None] | None = None,
+    answer: Callable[[WebhookRow], None] | None = None,
 ) -> WebhookRow | None:
     """Apply a change: only the keys present in `changes` change (see `WebhookChanges`);
     when `enabled` changes, the workspace is told (`webhook.enabled`, `webhook.disabled`). A
@@ -198,7 +214,9 @@ async def update(
 
     `check`, when given, sees the webhook as it is (locked: its headers and secret headers
     included) before anything changes, and may raise to refuse the change: a rule that
-    spans a changed field and a kept one holds against concurrent changes."""
+    spans a changed field and a kept one holds against concurrent changes. `answer`, when
+    given, sees the webhook as changed before the change commits (the API renders its
+    answer there), and may raise to undo it: a change is never kept unanswered."""
     async with db.transaction() as conn:
         locked = await conn.fetchrow(SQL.lock_webhook, workspace_id, webhook_id)
         if locked is None:
@@ -227,6 +245,8 @@ async def update(
             told = [operational.webhook_enabled(workspace_id, webhook_id)]
             await publish_operational(conn, told, now)
         updated = await get(conn, workspace_id, webhook_id)
+        if answer is not None and updated is not None:
+            answer(updated)
     if enabled is not None or ordering != current.ordering:
         # The operational event's deliveries, or those a fifo -> none change released.
         db.wake(DELIVERIES_CHANNEL)
