@@ -435,6 +435,7 @@ class Engine:
                     claimed.secrets,
                     claimed.payload,
                     claimed.custom_headers,
+                    claimed.secret_values,
                 )
             except Exception:
                 log.exception("engine.attempt_fault", delivery_id=claimed.id)

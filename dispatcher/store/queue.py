@@ -87,6 +87,8 @@ class Claimed(NamedTuple):
     trace_context: str | None  # the publishing span's W3C traceparent (dispatcher.tracing)
     # The webhook's custom headers, secret ones included (name, value): sent with the attempt.
     custom_headers: tuple[tuple[str, str], ...] = ()
+    # The values among them that are secret (`secretHeaders`): kept out of the attempt log.
+    secret_values: tuple[str, ...] = ()
     in_lane: bool = False  # the head of an ordering lane: its settling moves the lane on
 
 
@@ -179,6 +181,7 @@ def _claimed(row: Record, now: datetime) -> Claimed:
         event_id=row["event_id"],
         trace_context=row["trace_context"],
         custom_headers=tuple(row["custom_headers"].items()),
+        secret_values=tuple(row["secret_headers"].values()),
         in_lane=row["in_lane"],
     )
 

@@ -272,7 +272,7 @@ WITH finishing AS (
               e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
               w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
               q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
-              q.lane IS NOT NULL AS in_lane, ranked.deal, ranked.ring_pos
+              w.secret_headers, q.lane IS NOT NULL AS in_lane, ranked.deal, ranked.ring_pos
 )
 -- Every leased row, with where the ring ended; one row of NULLs but those when none was.
 SELECT leased.*, ring_end.webhook_id AS ring_end, ring_end.visited
