@@ -170,3 +170,8 @@ SELECT coalesce($3::jsonb @> CASE WHEN $4::boolean THEN $5::jsonb ELSE payload_f
                 true) AS matches
 FROM webhooks
 WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
+
+-- name: gone
+-- Of webhook ids $1, those deleted, or not there at all (the metrics free their series).
+SELECT x.id FROM unnest($1::text[]) AS x (id)
+WHERE NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = x.id AND w.deleted_at IS NULL)
