@@ -23,6 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from dispatcher import metrics, monitor
 from dispatcher.domain.clock import FakeClock, SystemClock
 from dispatcher.domain.events import PUBLISHABLE_TYPES
+from dispatcher.errors import ConfigurationError
+from dispatcher.settings import Settings
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import publish, subscribe, wait_recorded
@@ -303,3 +305,12 @@ async def test_a_slow_scrape_never_stops_the_event_loop(client: TestClient[Any, 
     finally:
         REGISTRY.unregister(slow)
     assert took < 0.3, f"/healthz waited {took:.2f}s behind a scrape"
+
+
+def test_the_per_webhook_limit_is_validated() -> None:
+    assert Settings().metrics_per_webhook_limit == 1000
+    env = {"DISPATCHER_METRICS_PER_WEBHOOK_LIMIT": "50"}
+    assert Settings.from_env(env).metrics_per_webhook_limit == 50
+    for bad in ("0", "100001", "many"):
+        with pytest.raises(ConfigurationError, match="DISPATCHER_METRICS_PER_WEBHOOK_LIMIT"):
+            Settings.from_env({"DISPATCHER_METRICS_PER_WEBHOOK_LIMIT": bad})
