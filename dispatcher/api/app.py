@@ -10,6 +10,7 @@ from dispatcher.api.admission import ADMISSION, Admission, admission_middleware
 from dispatcher.api.context import SERVICES, Services
 from dispatcher.api.http import (
     MAX_BODY_BYTES,
+    declare_request_series,
     errors_middleware,
     shape_parser_errors,
     tracing_middleware,
@@ -50,6 +51,9 @@ def create_app(
         if table is admin.routes and services.settings.admin_token is None:
             continue
         app.router.add_routes(table)
+        for route in table.declared:
+            # Each route's success series exists at 0 from the first scrape (metrics.py).
+            declare_request_series(route.path, route.method, route.operation.status)
     if demo_receiver is not None:
         app[demo.DEMO_RECEIVER] = demo_receiver
         app.router.add_routes(demo.routes)

@@ -36,10 +36,17 @@ FRESH_SCRAPE = """
 import asyncio
 from aiohttp import ClientSession, web
 from dispatcher import service
+from dispatcher.api.app import create_app
+from dispatcher.api.context import Services
 from dispatcher.api.metrics import metrics_only_app
+from dispatcher.domain.clock import SystemClock
+from dispatcher.settings import Settings
+from dispatcher.store.database import Database
 
 async def main():
     service.declare_metrics()
+    # The API app as serve makes it (no database is reached to make it).
+    create_app(Services(Database("postgresql://127.0.0.1:9/none"), Settings(), SystemClock(), b"k"))
     runner = web.AppRunner(metrics_only_app())
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -89,6 +96,12 @@ def test_series_known_in_advance_exist_at_zero_in_the_first_scrape() -> None:
                                ("service", "delivery.exhausted")):  # fmt: skip
         assert (("source", source), ("type", event_type)) in published, (source, event_type)
     assert sample(text, "dispatcher_events_published_total") == 0
+    requests = series(text, "dispatcher_http_requests_total")
+    for route, method, status in (("/v1/events", "POST", "202"),
+                                  ("/v1/webhooks/{webhook_id}", "GET", "200"),
+                                  ("/v1/webhooks/{webhook_id}", "DELETE", "204")):  # fmt: skip
+        assert (("method", method), ("route", route), ("status", status)) in requests, route
+    assert sample(text, "dispatcher_http_requests_total") == 0
     held = series(text, "dispatcher_queue_held_deliveries")
     assert held == {(("reason", r),) for r in ("rate_limit", "concurrency", "fifo")}
 
