@@ -6,7 +6,7 @@ receiver, its signing secret into the attempt log, which read-only keys and the 
 The engine passes every excerpt through `redact` before it is kept (engine/sender.py, where
 excerpts are made): each secret is replaced by REDACTED wherever it appears, in the forms an
 echo writes it (as sent, JSON-escaped, percent-encoded), and an excerpt cut off in the middle
-of one loses the cut-off beginning too.
+of one loses the cut-off beginning too (two characters or more of it).
 """
 
 from __future__ import annotations
@@ -66,11 +66,18 @@ def redact(text: str, values: Iterable[str], *, cut_off: bool) -> str:
     return text
 
 
+# The shortest cut-off beginning redacted. A single character would match the last character
+# of one full excerpt in several (any secret's first character), for one character of a secret.
+MIN_CUT_OFF = 2
+
+
 def _cut_off_start(text: str, form: str) -> int:
-    """The length of the longest ending of `text` that begins `form` (shorter than it), or 0."""
+    """The length of the longest ending of `text` that begins `form` (shorter than it, at
+    least MIN_CUT_OFF long), or 0."""
     first = form[0]
     start = max(len(text) - len(form) + 1, 0)
-    while (found := text.find(first, start)) != -1:
+    end = len(text) - MIN_CUT_OFF + 1
+    while (found := text.find(first, start, end)) != -1:
         if form.startswith(text[found:]):
             return len(text) - found
         start = found + 1

@@ -21,7 +21,8 @@ R = REDACTED
         (f"{SECRET} twice {SECRET}", False, f"{R} twice {R}"),
         ("cut at tok/e", True, f"cut at {R}"),  # the excerpt ended inside it
         ("cut at tok/e", False, "cut at tok/e"),  # the whole body: it did not
-        ("ends with t", True, f"ends with {R}"),
+        ("ends with to", True, f"ends with {R}"),
+        ("ends with t", True, "ends with t"),  # one character: any excerpt could end so
         ("nothing secret here", True, "nothing secret here"),
         ("", True, ""),
     ],
