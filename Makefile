@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,otel]'
 	touch $(STAMP)
 
+# The demo (a workspace, its key printed once) is on here whatever the database: `make run` is
+# a developer's first five minutes. DISPATCHER_DEMO=off in the environment still turns it off.
 run: $(STAMP)
-	$(BIN)/dispatcher serve
+	DISPATCHER_DEMO=$${DISPATCHER_DEMO:-on} $(BIN)/dispatcher serve
 
 test: $(STAMP)
 	$(BIN)/ruff check dispatcher tests benchmarks

@@ -184,6 +184,66 @@ CREATE INDEX IF NOT EXISTS events_window ON events (workspace_id, created_at);
 -- Rows outside every daily partition land here instead of failing; never dropped.
 CREATE TABLE IF NOT EXISTS events_default PARTITION OF events DEFAULT;
 
+-- The places of a payload filter's arrays, each as the text of a text[] path (`{tags}`,
+-- `{address,lines}`), sorted; NULL when it has none. Only objects are walked: a filter's arrays
+-- hold only scalars (dispatcher/domain/payload_filter.py), so an array is never inside another
+-- one. Kept beside each filter (webhooks.payload_filter_arrays) so that fan-out reads it, not
+-- works it out, per subscription.
+CREATE OR REPLACE FUNCTION dispatcher_filter_arrays(p_filter jsonb) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    WITH RECURSIVE walk (path, value) AS (
+        SELECT ARRAY[]::text[], p_filter
+        UNION ALL
+        SELECT walk.path || member.key, member.value
+        FROM walk,
+             jsonb_each(CASE WHEN jsonb_typeof(walk.value) = 'object' THEN walk.value
+                             ELSE '{}' END) AS member
+    )
+    SELECT array_agg(walk.path::text ORDER BY walk.path::text)
+    FROM walk
+    WHERE jsonb_typeof(walk.value) = 'array'
+$$;
+
+-- The one rule of whether an event's data passes a payload filter, whatever asks (fan-out,
+-- recover, POST /v1/webhooks/{id}/filter/test): the data contains the filter (`@>`), and no
+-- array of the data where the filter has one (p_filter_arrays, dispatcher_filter_arrays of
+-- p_filter) holds more than 128 elements. `@>` searches the data's array once for each
+-- element of the filter's, so this bounds one comparison's work (4 filter elements at most,
+-- the domain's bound, x 128); a longer data array is not searched, and so does not pass
+-- (docs/webhooks.md, "Payload filters"; the domain's MAX_COMPARED_ARRAY_ELEMENTS is the same
+-- number). No filter passes everything.
+--
+-- p_deadline (NULL: none): a comparison asked for after it fails with SQLSTATE 57014
+-- (query_canceled, as a statement timeout), so that a caller comparing many filters (fan-out)
+-- stops in bounded time; the transaction fails, nothing of it is stored.
+CREATE OR REPLACE FUNCTION dispatcher_filter_passes(
+    p_data jsonb, p_filter jsonb, p_filter_arrays text[], p_deadline timestamptz
+) RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
+DECLARE
+    place text;
+    compared jsonb;
+BEGIN
+    IF p_filter IS NULL THEN
+        RETURN true;
+    END IF;
+    IF clock_timestamp() > p_deadline THEN
+        RAISE EXCEPTION 'dispatcher: comparing the payload filters of the event''s subscribers '
+                        'took longer than its time limit'
+            USING ERRCODE = '57014';
+    END IF;
+    IF p_filter_arrays IS NOT NULL THEN
+        FOREACH place IN ARRAY p_filter_arrays LOOP
+            compared := p_data #> place::text[];
+            IF jsonb_typeof(compared) = 'array' AND jsonb_array_length(compared) > 128 THEN
+                RETURN false;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN coalesce(p_data @> p_filter, false);
+END
+$$;
+
 CREATE TABLE IF NOT EXISTS webhooks (
     id                          text PRIMARY KEY,
     workspace_id                text NOT NULL REFERENCES workspaces (id),
@@ -211,8 +271,8 @@ CREATE TABLE IF NOT EXISTS webhooks (
     secret_headers              jsonb NOT NULL DEFAULT '{}'
         CHECK (jsonb_typeof(secret_headers) = 'object'),
     -- The payload filter (`filter`): an event goes here only when its data contains it
-    -- (`data @> payload_filter`, in dispatcher_add_deliveries). NULL: every event; `{}` is
-    -- stored as NULL. (Last: schema 12 added it.)
+    -- (`data @> payload_filter`, under bounds: dispatcher_filter_passes). NULL: every event;
+    -- `{}` is stored as NULL. (Last: schema 12 added it.)
     payload_filter              jsonb
         CHECK (jsonb_typeof(payload_filter) = 'object' AND payload_filter <> '{}'),
     -- Requests per second to this endpoint, across every engine (webhook_rates); NULL: none.
@@ -220,7 +280,11 @@ CREATE TABLE IF NOT EXISTS webhooks (
     rate_limit                  integer CHECK (rate_limit BETWEEN 1 AND 10000),
     -- 'fifo': the deliveries of one ordering lane are attempted one at a time, in order
     -- (delivery_lanes).
-    ordering                    text NOT NULL DEFAULT 'none' CHECK (ordering IN ('none', 'fifo'))
+    ordering                    text NOT NULL DEFAULT 'none' CHECK (ordering IN ('none', 'fifo')),
+    -- Where the payload filter's arrays are (dispatcher_filter_arrays): fan-out reads it to
+    -- bound the data arrays it compares (dispatcher_filter_passes). (Last: schema 16 added it.)
+    payload_filter_arrays       text[]
+        GENERATED ALWAYS AS (dispatcher_filter_arrays(payload_filter)) STORED
 );
 CREATE INDEX IF NOT EXISTS webhooks_page
     ON webhooks (workspace_id, created_at DESC, id DESC) WHERE deleted_at IS NULL;
@@ -624,6 +688,11 @@ $$;
 -- A fifo subscription's delivery (not a test's) joins its ordering lane, the event's ordering
 -- key ('' without one), at the lane's end: unparked, for the first claim that walks it to
 -- decide (delivery_lanes). The key is read from the event only when such a subscriber exists.
+--
+-- Payload filters are compared under bounds (dispatcher_filter_passes) and within a time
+-- limit from the call's start: 5 s, or `dispatcher.filter_time_limit` when set (a statement
+-- timeout cannot do it: one set inside a function is not armed for the statement already
+-- running, and an outbox call runs in the application's own transaction, under its settings).
 CREATE OR REPLACE FUNCTION dispatcher_add_deliveries(
     p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text,
     p_number_id text, p_webhook_ids text[], p_due_at timestamptz, p_trigger text,
@@ -636,6 +705,11 @@ CREATE OR REPLACE FUNCTION dispatcher_add_deliveries(
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     fanned integer;
+    -- The filter step's time limit: 5 s, or the setting dispatcher.filter_time_limit (an
+    -- interval; per database, role, session or transaction).
+    filter_deadline timestamptz := clock_timestamp() + coalesce(
+        nullif(current_setting('dispatcher.filter_time_limit', true), '')::interval,
+        interval '5 seconds');
 BEGIN
     WITH hook (id, fifo) AS (
         -- The subscribers: a one-time filter on p_webhook_ids leaves this branch out whole
@@ -649,13 +723,16 @@ BEGIN
           AND p_type = ANY (w.events)
           AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
           AND w.id IS DISTINCT FROM p_excluded_webhook_id
-          -- The payload filter. The event's data is read back from its row (written before
-          -- this call, in this transaction) by an uncorrelated subquery: parsed once per
-          -- call, and only when a subscriber has a filter.
+          -- The payload filter (dispatcher_filter_passes, the one rule). The event's data is
+          -- read back from its row (written before this call, in this transaction) by an
+          -- uncorrelated subquery: parsed once per call, and only when a subscriber has a
+          -- filter. The filter step has a deadline (filter_deadline): past it, the call
+          -- fails as a statement timeout would, whoever's transaction it runs in.
           AND (w.payload_filter IS NULL
-               OR (SELECT e.payload::jsonb -> 'data' FROM events e
-                   WHERE e.id = p_event_id AND e.created_at = p_created_at)
-                  @> w.payload_filter)
+               OR dispatcher_filter_passes(
+                      (SELECT e.payload::jsonb -> 'data' FROM events e
+                       WHERE e.id = p_event_id AND e.created_at = p_created_at),
+                      w.payload_filter, w.payload_filter_arrays, filter_deadline))
         UNION ALL
         SELECT DISTINCT named.id, coalesce(w.ordering = 'fifo', false)
         FROM unnest(p_webhook_ids) AS named (id)
@@ -824,6 +901,26 @@ LANGUAGE sql AS $$
                                           NULL, NULL)
 $$;
 
+-- Why a JSON value cannot be stored as an event's `data` (NULL: it can), the rule every door
+-- applies (dispatcher/domain/json_values.py, docs/api.md "JSON values"): nested at most 64
+-- levels (an object or array is a level: `{"a": [1]}` is 2), and every number between -2^63
+-- and 2^64 - 1 (what 64-bit integers hold). A deeper value, or a larger number, would be
+-- stored and then fail, or change, every time the service reads it back. Two walks in C
+-- (jsonpath): a container at level 64 (the root is level 0) makes a value 65 deep.
+CREATE OR REPLACE FUNCTION dispatcher_json_problem(p_value jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN jsonb_path_exists(
+            p_value, 'strict $.**{64} ? (@.type() == "object" || @.type() == "array")')
+        THEN 'must nest at most 64 levels deep (objects and arrays)'
+        WHEN jsonb_path_exists(
+            p_value, 'strict $.** ? (@.type() == "number" && '
+                     '(@ < -9223372036854775808 || @ > 18446744073709551615))')
+        THEN 'numbers must lie between -9223372036854775808 and 18446744073709551615 '
+             '(64-bit integers); send larger ones as strings'
+    END
+$$;
+
 -- The transactional outbox: an application sharing this database calls this inside its own
 -- transaction; the event (and its deliveries) exist if and only if that transaction commits.
 --   BEGIN;
@@ -833,12 +930,15 @@ $$;
 -- The last two arguments, the number and the ordering key (the event's lane for fifo
 -- subscriptions: 1 to 200 characters, no control characters), may be NULL. Every argument
 -- is required: the shorter signature below, with defaults, takes three or four.
+-- `data` follows the API's rule (dispatcher_json_problem): at most 64 levels deep, numbers
+-- within 64-bit integers. Every refusal is SQLSTATE 22023, naming what is wrong.
 CREATE OR REPLACE FUNCTION dispatcher_publish_event(
     p_workspace_id text, p_type text, p_data jsonb, p_number_id text, p_ordering_key text
 ) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     event_id text := dispatcher_new_id('EV');
+    problem text;
 BEGIN
     IF p_type IS NULL OR p_type = 'webhook.test' OR p_type !~ '^[a-z]+(\.[a-z_]+)+$' THEN
         RAISE EXCEPTION 'dispatcher_publish_event: invalid event type %', p_type
@@ -848,6 +948,10 @@ BEGIN
        OR jsonb_typeof(p_data -> 'id') IS DISTINCT FROM 'string' THEN
         RAISE EXCEPTION 'dispatcher_publish_event: data must be an object with a string id'
             USING ERRCODE = '22023';
+    END IF;
+    problem := dispatcher_json_problem(p_data);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'dispatcher_publish_event: data %', problem USING ERRCODE = '22023';
     END IF;
     IF p_number_id IS NOT NULL AND NOT EXISTS (
         SELECT 1 FROM phone_numbers WHERE id = p_number_id AND workspace_id = p_workspace_id

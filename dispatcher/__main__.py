@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
+import structlog
 
 from dispatcher import __version__, log
 from dispatcher.api.context import SCOPES
@@ -16,7 +17,7 @@ from dispatcher.domain.phone import is_e164
 from dispatcher.domain.text import name_problem
 from dispatcher.errors import DispatcherError
 from dispatcher.service import fail, open_database, run, serve, work
-from dispatcher.settings import Settings
+from dispatcher.settings import Settings, unknown_variables
 from dispatcher.store import schema, workspaces
 
 
@@ -106,6 +107,19 @@ def _names(args: argparse.Namespace) -> list[tuple[str, str]]:
     return []
 
 
+def warn_unknown_variables() -> None:
+    """A DISPATCHER_* variable no setting reads is most likely a typo, whose setting is then
+    silently left at its default: say so at start-up, naming it and the closest known name."""
+    for name, closest in unknown_variables():
+        structlog.get_logger("dispatcher").warning(
+            "settings.unknown_variable",
+            variable=name,
+            did_you_mean=closest,
+            message=f"{name} is not a setting and is ignored"
+            + (f"; did you mean {closest}?" if closest else " (see docs/configuration.md)"),
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
@@ -120,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if problem is not None:
             fail(f"the {what} name {problem}", 2)
     log.configure(settings.log_format, settings.log_level)
+    warn_unknown_variables()
     try:
         if args.command == "serve":
             host = args.host or settings.host

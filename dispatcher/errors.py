@@ -77,6 +77,7 @@ class Overloaded(DispatcherError):
 
     def __init__(self, message: str | None = None, *, reason: str = "requests") -> None:
         super().__init__(message)
-        # What was full: "requests" (the requests in progress) or "pool" (no database
-        # connection came free in time). A metric label: keep the set closed.
+        # What was full: "requests" (the requests in progress), "pool" (no database
+        # connection came free in time) or "timeout" (a statement ran past its time limit).
+        # A metric label: keep the set closed (metrics._declare_label_values).
         self.reason = reason

@@ -50,6 +50,7 @@ def configure(fmt: str = "auto", level: str = "info", stream: Any = None, tap: A
     # Our middleware turns every handler error into a logged 500; what aiohttp's server logger
     # still reports is malformed HTTP it already answered with 400: not worth a traceback.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    _route_stdlib_logging(stream, renderer, level)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -66,3 +67,36 @@ def configure(fmt: str = "auto", level: str = "info", stream: Any = None, tap: A
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
+
+
+_HANDLER_NAME = "dispatcher"
+
+
+def _route_stdlib_logging(stream: Any, renderer: Any, level: str) -> None:
+    """Every library's log record (asyncpg's "Failed to restore the pool connection floor"
+    during an outage, aiohttp's, asyncio's "Task exception was never retrieved", Python's
+    warnings) goes out through the same renderer as ours: in JSON, one object per line, the
+    traceback inside it (`exception`), never as lines of plain text between them."""
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            _redact,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    handler.set_name(_HANDLER_NAME)
+    root = logging.getLogger()
+    # Replace only our own handler (configure may run again); leave others' (a test runner's).
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.getLevelNamesMapping()[level.upper()])
+    logging.captureWarnings(True)

@@ -150,14 +150,28 @@ HTTP_DURATION = Histogram(
 API_OVERLOADED = Counter(
     "dispatcher_api_overloaded_total",
     "API requests refused with 503 overloaded, by reason: requests (the bound on requests in "
-    "progress, DISPATCHER_MAX_REQUESTS_IN_PROGRESS) or pool (no database connection came free "
-    "within DISPATCHER_POOL_ACQUIRE_TIMEOUT).",
+    "progress, DISPATCHER_MAX_REQUESTS_IN_PROGRESS), pool (no database connection came free "
+    "within DISPATCHER_POOL_ACQUIRE_TIMEOUT) or timeout (a statement ran past its time limit: "
+    "a filter test, a publish's payload filters; docs/api.md, Bounds).",
     ["reason"],
 )
 API_REQUESTS_IN_PROGRESS = Gauge(
     "dispatcher_api_requests_in_progress",
     "API requests in progress now, counted against DISPATCHER_MAX_REQUESTS_IN_PROGRESS "
     "(the probes and /metrics are not counted).",
+)
+
+API_CONNECTIONS_OPEN = Gauge(
+    "dispatcher_api_connections_open",
+    "Client connections open on the API port now (bounded by DISPATCHER_MAX_CONNECTIONS).",
+)
+API_CONNECTIONS_CLOSED = Counter(
+    "dispatcher_api_connections_closed_total",
+    "Client connections the API closed on its own, by reason: head_timeout (no complete "
+    "request head within DISPATCHER_HEAD_TIMEOUT), body_timeout (DISPATCHER_BODY_TIMEOUT), "
+    "evicted (the one waiting longest for a head, to make room past DISPATCHER_MAX_CONNECTIONS) "
+    "or refused (past the bound with every connection serving a request).",
+    ["reason"],
 )
 
 
@@ -201,8 +215,10 @@ def _declare_label_values() -> None:
         WEBHOOKS_DISABLED.labels(reason)
     for outcome in ("success", "http_error", "timeout", "connection_error", "blocked"):
         ATTEMPT_DURATION.labels(outcome)
-    for reason in ("requests", "pool"):
+    for reason in ("requests", "pool", "timeout"):
         API_OVERLOADED.labels(reason)
+    for reason in ("head_timeout", "body_timeout", "evicted", "refused"):
+        API_CONNECTIONS_CLOSED.labels(reason)
 
 
 _declare_label_values()

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from aiohttp import web
 
 from dispatcher import metrics, monitor, tracing
 from dispatcher.api.app import create_app
+from dispatcher.api.connections import ConnectionLimits
 from dispatcher.api.context import SCOPES, Services
 from dispatcher.api.demo import DemoReceiver, receiver_url
 from dispatcher.api.health import ReadinessCheck, starting_app
@@ -43,7 +45,7 @@ from dispatcher.engine.worker import Engine
 from dispatcher.errors import ConfigurationError, DatabaseUnavailable, DispatcherError
 from dispatcher.settings import Settings, redact_url
 from dispatcher.store import operational, operator_sink, schema, workspaces
-from dispatcher.store.database import Database
+from dispatcher.store.database import Database, engine_session
 from dispatcher.store.embedded import start_embedded, stop_embedded
 from dispatcher.store.key_cache import KeyCache
 from dispatcher.supervision import Supervisor
@@ -64,7 +66,10 @@ T = TypeVar("T")
 
 @asynccontextmanager
 async def database_for(
-    settings: Settings, *, acquire_timeout: float | None = None
+    settings: Settings,
+    *,
+    acquire_timeout: float | None = None,
+    session: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Database]:
     """A pool, not yet connected, for DATABASE_URL or for an embedded server started (and
     stopped) here; closed on the way out. `acquire_timeout` bounds each wait for a connection
@@ -75,7 +80,13 @@ async def database_for(
         url, server = await asyncio.to_thread(start_embedded, settings.pgdata)
         log.info("database.embedded", pgdata=settings.pgdata)
     assert url is not None
-    db = Database(url, min_size=1, max_size=settings.pool_size, acquire_timeout=acquire_timeout)
+    db = Database(
+        url,
+        min_size=1,
+        max_size=settings.pool_size,
+        acquire_timeout=acquire_timeout,
+        session=session,
+    )
     try:
         yield db
     finally:
@@ -219,6 +230,38 @@ def stop_signals() -> asyncio.Event:
     return stop
 
 
+# Open files a `serve` process needs besides its clients' connections: its pools (API and
+# engine), its listeners, the engine's outbound connections are counted apart (max_in_flight).
+OPEN_FILES_RESERVE = 256
+
+
+def ensure_open_files(settings: Settings) -> None:
+    """Raise the soft open-file limit, up to the hard one, to what the bounds need: every
+    client connection (DISPATCHER_MAX_CONNECTIONS) and every delivery in flight is a file
+    descriptor. Past the limit, accept() fails for everyone, a slow client's connection and
+    a good one's alike; the connection bound is what must refuse first. What cannot be
+    raised is logged (`api.open_files_low`), naming the settings to lower."""
+    needed = settings.max_connections + settings.max_in_flight + OPEN_FILES_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if raised > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError) as exc:
+            log.debug("api.open_files_not_raised", error=str(exc))
+    if soft < needed:
+        log.warning(
+            "api.open_files_low",
+            limit=soft,
+            needed=needed,
+            hint="raise `ulimit -n`, or lower DISPATCHER_MAX_CONNECTIONS / "
+            "DISPATCHER_MAX_IN_FLIGHT",
+        )
+
+
 def listen(host: str, port: int) -> list[socket.socket]:
     """Bind the API port first thing, as the event loop would (every address `host` resolves
     to, SO_REUSEADDR, IPv6 sockets v6-only): probes get an answer while the database is being
@@ -265,6 +308,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
     settings = settings.with_changes(host=host, port=port)
     demo_url = receiver_url(sockets[0].getsockname())
     log.info("dispatcher.start", settings=settings.redacted(), host=host, port=port)
+    ensure_open_files(settings)
     metrics_runner: web.AppRunner | None = None
     starting: web.AppRunner | None = None
 
@@ -281,7 +325,11 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         metrics_runner = await start_metrics_port(settings, host)
         # Until the database is reached: alive, not ready, API 503 (see api/health.py).
         starting = web.AppRunner(
-            starting_app(engine=settings.engine, serve_metrics=settings.metrics_port is None),
+            starting_app(
+                engine=settings.engine,
+                serve_metrics=settings.metrics_port is None,
+                limits=ConnectionLimits.of(settings),
+            ),
             access_log=None,
         )
         await starting.setup()
@@ -325,7 +373,7 @@ async def run_api(
     end of a background task: BackgroundTaskFailed, once everything has stopped). The engine
     lets the demo receiver's URL, and no other, through the address guard."""
     settings, clock = services.settings, services.clock
-    engine_db = await engine_pool(db) if settings.engine else None
+    engine_db = await engine_pool(db, settings) if settings.engine else None
     exempt = [demo.receiver.url] if demo.receiver is not None else []
     engine = (
         Engine(engine_db or db, settings, clock, exempt_urls=exempt) if settings.engine else None
@@ -395,11 +443,16 @@ def readiness(
 ENGINE_POOL_SIZE = 4
 
 
-async def engine_pool(db: Database) -> Database | None:
+async def engine_pool(db: Database, settings: Settings) -> Database | None:
     """A small pool of the engine's own inside `serve`, so that its claims and records never
     queue behind API requests for a connection (under API load that wait was most of the
     delivery latency); None, and the engine shares the API's pool, if it cannot open now."""
-    engine_db = Database(db.url, min_size=1, max_size=ENGINE_POOL_SIZE)
+    engine_db = Database(
+        db.url,
+        min_size=1,
+        max_size=ENGINE_POOL_SIZE,
+        session=engine_session(settings.heartbeat_timeout),
+    )
     try:
         await engine_db.connect()
     except DispatcherError as exc:
@@ -477,7 +530,9 @@ async def work(settings: Settings) -> None:
     declare_metrics()
     metrics_runner = await start_metrics_port(settings, settings.host)
     try:
-        async with database_for(settings) as db:
+        # The worker's pool is the engine's: its sessions end when stalled in a transaction.
+        session = engine_session(settings.heartbeat_timeout)
+        async with database_for(settings, session=session) as db:
             if await wait_for_database(db, settings, stop, prepare_schema) is None:
                 return
             clock = SystemClock()

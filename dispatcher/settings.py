@@ -5,9 +5,11 @@ Every setting is documented in docs/configuration.md; names are a contract with 
 
 from __future__ import annotations
 
+import difflib
+import functools
 import ipaddress
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
@@ -39,7 +41,10 @@ class Settings:
     engine: bool = True
     log_format: str = "auto"
     log_level: str = "info"
-    demo: bool = True
+    # The demo workspace (and its key, printed once): by default only with the embedded
+    # Postgres, a developer's machine; against a DATABASE_URL only when asked for
+    # (DISPATCHER_DEMO=on), so that a deployment never mints a credential into its logs.
+    demo: bool = False
     pool_size: int = 10
     startup_timeout: float = 60.0
     # Backpressure (docs/configuration.md, "Overload"): API requests in progress at most (by
@@ -48,6 +53,13 @@ class Settings:
     max_requests_in_progress: int = REQUESTS_PER_CONNECTION * 10
     admission_timeout: float = 0.05
     pool_acquire_timeout: float = 0.5
+    # Slow clients (docs/configuration.md, "Slow clients"): how long a connection may take to
+    # send a request's head, then its body, how long it may sit idle between requests, and
+    # how many connections a `serve` process keeps open at once.
+    head_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keepalive_timeout: float = 75.0
+    max_connections: int = 1000
     # Delivery engine
     retry_schedule: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE
     request_timeout: float = 15.0
@@ -101,6 +113,7 @@ class Settings:
         read("DISPATCHER_LOG_FORMAT", "log_format", _choice("auto", "json", "console"))
         read("DISPATCHER_LOG_LEVEL", "log_level", _choice("debug", "info", "warning", "error"))
         read("DISPATCHER_DEMO", "demo", _on_off)
+        values.setdefault("demo", "database_url" not in values)
         read("DISPATCHER_POOL_SIZE", "pool_size", _int_between(2, 1000))
         read("DISPATCHER_STARTUP_TIMEOUT", "startup_timeout", _float_between(0.0, 3600.0))
         read("DISPATCHER_MAX_REQUESTS_IN_PROGRESS", "max_requests_in_progress",
@@ -110,6 +123,10 @@ class Settings:
         )
         read("DISPATCHER_ADMISSION_TIMEOUT", "admission_timeout", _float_between(0.0, 10.0))
         read("DISPATCHER_POOL_ACQUIRE_TIMEOUT", "pool_acquire_timeout", _float_between(0.01, 60.0))
+        read("DISPATCHER_HEAD_TIMEOUT", "head_timeout", _float_between(0.1, 600.0))
+        read("DISPATCHER_BODY_TIMEOUT", "body_timeout", _float_between(0.1, 3600.0))
+        read("DISPATCHER_KEEPALIVE_TIMEOUT", "keepalive_timeout", _float_between(0.1, 3600.0))
+        read("DISPATCHER_MAX_CONNECTIONS", "max_connections", _int_between(1, 1_000_000))
         read("DISPATCHER_RETRY_SCHEDULE", "retry_schedule", _schedule)
         read("DISPATCHER_REQUEST_TIMEOUT", "request_timeout", _float_between(0.1, 30.0))
         read("DISPATCHER_DISABLE_AFTER", "disable_after", _float_between(0.0, 10 * 365 * 86400))
@@ -156,6 +173,59 @@ class Settings:
                 value = "***" if value else None
             out[f.name] = value
         return out
+
+
+PREFIX = "DISPATCHER_"
+
+
+class _Asked(Mapping[str, str]):
+    """An empty environment that remembers every name it is asked for."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def __getitem__(self, name: str) -> str:
+        self.names.add(name)
+        raise KeyError(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self.names.add(name)
+        return default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+@functools.cache
+def known_variables() -> frozenset[str]:
+    """Every DISPATCHER_* variable a setting is read from: the names `Settings.from_env` asks
+    the environment for (so that this list can never fall behind the settings)."""
+    asked = _Asked()
+    Settings.from_env(asked)
+    return frozenset(name for name in asked.names if name.startswith(PREFIX))
+
+
+def unknown_variables(env: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """The DISPATCHER_* variables of `env` that no setting reads (a typo is otherwise
+    silently ignored, and its setting left at its default), each with the closest known
+    name, when one is close."""
+    env = os.environ if env is None else env
+    known = known_variables()
+    return [(name, _closest(name, known)) for name in sorted(env)
+            if name.startswith(PREFIX) and name not in known]  # fmt: skip
+
+
+def _closest(name: str, known: frozenset[str]) -> str | None:
+    """The known name closest to `name`, compared without the prefix they all share (which
+    would make any two look alike)."""
+    # Upper case too: a variable spelled in lower case is the commonest slip of all.
+    rest = name.removeprefix(PREFIX).upper()
+    suffixes = [known_name.removeprefix(PREFIX) for known_name in sorted(known)]
+    found = difflib.get_close_matches(rest, suffixes, n=1, cutoff=0.75)
+    return PREFIX + found[0] if found else None
 
 
 def _read_secret(env: Mapping[str, str], values: dict[str, Any]) -> None:

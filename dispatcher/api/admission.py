@@ -1,5 +1,6 @@
 """Backpressure: at most so many API requests in progress per process; past that, a short
-wait for a slot, then `503 overloaded` with `Retry-After`, before the body is read.
+wait for a slot, then `503 overloaded` with `Retry-After`, before the body is read. A request
+whose body is slow to arrive holds no slot while it waits for it (`Slot`).
 
 Under overload a queue without a bound only makes every answer late (and memory grow); a
 refusal at once lets the client (or its load balancer) retry elsewhere or later, while the
@@ -15,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from dispatcher import metrics
-from dispatcher.api.http import Handler
+from dispatcher.api.http import BODY_WAITS, Handler
 from dispatcher.errors import Overloaded
 from dispatcher.store import database
 
@@ -36,6 +38,8 @@ class Admission:
         self.limit = limit
         self.timeout = timeout
         self.in_progress = 0
+        # Requests let in that wait, without a slot, for a body their client is slow to send.
+        self.awaiting_body = 0
         # Each waiter's future gets its result when a finishing request hands it its slot.
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
@@ -103,10 +107,42 @@ def admission_middleware(admission: Admission) -> Middleware:
         database.start_request()
         if request.path in EXEMPT_PATHS:
             return await handler(request)
-        await admission.enter()
+        slot = Slot(admission)
+        await slot.take()
+        request.setdefault(BODY_WAITS, []).append(slot.released)
         try:
             return await handler(request)
         finally:
-            admission.leave()
+            slot.give_back()
 
     return middleware
+
+
+class Slot:
+    """One request's place in `Admission`: taken as the request starts, given back while it
+    waits for a body its client is slow to send (a slot bounds work in progress, and waiting
+    on a client is none: a hundred slow bodies would otherwise refuse every other request),
+    taken again once the body is in (or refused then, before anything was written)."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+        self._held = False
+
+    async def take(self) -> None:
+        await self._admission.enter()
+        self._held = True
+
+    def give_back(self) -> None:
+        if self._held:
+            self._held = False
+            self._admission.leave()
+
+    @contextlib.asynccontextmanager
+    async def released(self) -> AsyncIterator[None]:
+        self.give_back()
+        self._admission.awaiting_body += 1
+        try:
+            yield
+        finally:
+            self._admission.awaiting_body -= 1
+        await self.take()

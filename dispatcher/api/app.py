@@ -7,12 +7,12 @@ from aiohttp import web
 from dispatcher import tracing
 from dispatcher.api import admin, console, demo, metrics, openapi
 from dispatcher.api.admission import ADMISSION, Admission, admission_middleware
+from dispatcher.api.connections import ConnectionLimits, guard_connections
 from dispatcher.api.context import SERVICES, Services
 from dispatcher.api.http import (
     MAX_BODY_BYTES,
     declare_request_series,
     errors_middleware,
-    shape_parser_errors,
     tracing_middleware,
 )
 from dispatcher.api.query import declared_inputs
@@ -39,8 +39,9 @@ def create_app(
     )
     app[SERVICES] = services
     app[ADMISSION] = admission
-    # What aiohttp's HTTP parser refuses (below every middleware) gets the error shape too.
-    shape_parser_errors(app)
+    # Slow clients are held to time bounds, connections to a count; what aiohttp's HTTP parser
+    # refuses (below every middleware) gets the error shape too (api/connections.py).
+    guard_connections(app, ConnectionLimits.of(settings))
     for table in openapi.ROUTE_TABLES:
         # /metrics has no key. With DISPATCHER_METRICS_PORT set it is served there only (a port
         # that can stay private); without it, here, for anyone who can reach the API port.

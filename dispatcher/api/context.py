@@ -8,14 +8,17 @@ the admin token on a workspace route is 401 (it is no workspace's key).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import hmac
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, final
 
 from aiohttp import web
 
-from dispatcher.api.http import WORKSPACE_ID, single_header
+from dispatcher.api.http import BODY_WAITS, WORKSPACE_ID, single_header
 from dispatcher.api.query import refuse_undeclared_body
 from dispatcher.domain.clock import Clock
 from dispatcher.domain.enums import Scope, allows
@@ -85,6 +88,21 @@ async def authenticate(request: web.Request) -> ApiKey:
     return key
 
 
+@contextlib.asynccontextmanager
+async def _still_valid(request: web.Request, key: ApiKey) -> AsyncIterator[None]:
+    """After a wait for the request's body: the key must still be live, as read from the
+    database, not from the key cache (a revocation by another process may not have been heard
+    yet). A request whose head arrived before its key was revoked, and its body after the
+    revocation answered, is refused and writes nothing. Only slow requests pay this lookup:
+    a body that came with its head (most) waited for nothing."""
+    yield
+    svc = services(request)
+    token = bearer_token(request) or ""
+    again = await workspaces.find_key(svc.db, token)
+    if again is None or again.id != key.id:
+        raise Unauthorized("the API key has been revoked")
+
+
 async def authenticate_admin(request: web.Request) -> None:
     """Let the admin token through; refuse anything else (a workspace key: 403)."""
     svc = services(request)
@@ -151,5 +169,8 @@ async def admit(request: web.Request, credential: Credential) -> tuple[Any, ...]
     if isinstance(credential, Scope) and not allows(key.scopes, credential):
         raise Forbidden(f"this API key lacks the scope {credential}")
     request[WORKSPACE_ID] = key.workspace_id
+    # Looked up again, from the database, once a body that was still on its way has arrived:
+    # first, before the admission slot is taken back (BODY_WAITS are left the last first).
+    request.setdefault(BODY_WAITS, []).insert(0, functools.partial(_still_valid, request, key))
     await refuse_undeclared_body(request)
     return (services(request), key)

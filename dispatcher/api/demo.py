@@ -25,7 +25,7 @@ import orjson
 from aiohttp import web
 
 from dispatcher.api.context import PUBLIC, Services, services
-from dispatcher.api.http import ApiError, json_response, single_header
+from dispatcher.api.http import ApiError, json_response, read_body, single_header
 from dispatcher.api.resources import DemoDeliveries, DemoDelivery
 from dispatcher.api.routing import Routes
 from dispatcher.domain.clock import isoformat
@@ -98,7 +98,7 @@ def receiver_url(address: tuple[Any, ...]) -> str:
 async def _body(request: web.Request) -> bytes:
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"the demo receiver takes {MAX_BODY_BYTES} bytes")
-    body = await request.read()
+    body = await read_body(request)
     if len(body) > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"the demo receiver takes {MAX_BODY_BYTES} bytes")
     return body

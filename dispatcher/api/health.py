@@ -7,8 +7,9 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dispatcher.api import metrics
+from dispatcher.api.connections import ConnectionLimits, guard_connections
 from dispatcher.api.context import PUBLIC, services
-from dispatcher.api.http import Handler, errors_middleware, json_response, shape_parser_errors
+from dispatcher.api.http import Handler, errors_middleware, json_response
 from dispatcher.api.routing import Routes
 from dispatcher.errors import DatabaseUnavailable
 from dispatcher.store import schema
@@ -37,7 +38,9 @@ async def readyz(request: web.Request) -> web.Response:
                          status=200 if ready else 503)  # fmt: skip
 
 
-def starting_app(*, engine: bool, serve_metrics: bool) -> web.Application:
+def starting_app(
+    *, engine: bool, serve_metrics: bool, limits: ConnectionLimits | None = None
+) -> web.Application:
     """What the API port answers while the process waits for its database at start-up.
 
     Alive (`/healthz` 200) but not ready (`/readyz` 503, every check false), and every other
@@ -65,7 +68,7 @@ def starting_app(*, engine: bool, serve_metrics: bool) -> web.Application:
         raise DatabaseUnavailable("database unavailable: not connected yet (starting)")
 
     app = web.Application(middlewares=[close_connections, errors_middleware])
-    shape_parser_errors(app)
+    guard_connections(app, limits or ConnectionLimits())
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", not_ready)
     if serve_metrics:

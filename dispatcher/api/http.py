@@ -1,11 +1,12 @@
 """Responses, the one error shape, request ids, and reading JSON bodies (or their absence).
 
 The error shape also covers requests aiohttp's own HTTP parser refuses before any middleware
-runs (see ShapedErrorProtocol).
+runs (see ShapedErrorProtocol; api/connections.py installs it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import random
@@ -13,8 +14,9 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from http import HTTPStatus
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import orjson
 import structlog
@@ -22,7 +24,9 @@ from aiohttp import http_exceptions, web
 from pydantic import BaseModel, ValidationError
 
 from dispatcher import metrics, tracing
+from dispatcher.api import console
 from dispatcher.api.resources import ErrorBody, ErrorDetail
+from dispatcher.domain.json_values import DEPTH_PROBLEM, MAX_JSON_DEPTH, NUMBER_PROBLEM, in_range
 from dispatcher.errors import (
     Conflict,
     DatabaseUnavailable,
@@ -46,6 +50,13 @@ REQUEST_ID_HEADER = "X-Request-Id"
 # both pass quickly; a client that spreads its retries (jitter) helps the process recover.
 RETRY_AFTER = "1"
 TRACE = web.RequestKey("trace", str)
+# What a request does while it waits for a body that had not arrived with its head (a slow
+# client's): each entry is entered before the wait and left once the body is in, the last
+# first. The admission middleware gives its slot back meanwhile (a slow body must not crowd
+# out other requests), and `admit` looks the key up again after it (a key revoked during the
+# wait writes nothing).
+BodyWait = Callable[[], AbstractAsyncContextManager[None]]
+BODY_WAITS = web.RequestKey("body_waits", list[BodyWait])
 WORKSPACE_ID = web.RequestKey("workspace_id", str)
 _REQUEST_ID_SHAPE = re.compile(r"^[A-Za-z0-9_\-]{8,64}$")
 
@@ -69,6 +80,14 @@ class ApiError(Exception):
         self.message = message
         self.errors = errors
         self.headers = headers or {}
+
+
+class RequestBodyTimeout(TimeoutError):
+    """The request's body did not arrive within DISPATCHER_BODY_TIMEOUT of its head.
+
+    Raised by the body's reads (api/connections.py sets it on the request's payload); the
+    error middleware answers it 408 `request_timeout` and closes the connection. A
+    TimeoutError so that aiohttp's own draining of an unread body stops on it too."""
 
 
 def json_response(
@@ -201,10 +220,18 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         if exc.status < 400:
             raise
         response = _error_response(_from_http(exc), trace)
+    except RequestBodyTimeout:
+        message = "the request body did not arrive within DISPATCHER_BODY_TIMEOUT"
+        response = _error_response(ApiError(408, "request_timeout", message), trace)
+        response.force_close()
     except Exception:
         log.exception("api.unhandled", trace=trace, method=request.method, path=request.path)
         response = _error_response(from_domain(DispatcherError()), trace)
     response.headers[REQUEST_ID_HEADER] = trace
+    if request.path == console.PREFIX or request.path.startswith(console.PREFIX + "/"):
+        # Under /console every answer, an error too (an unknown file, a method, a query),
+        # carries the console's policy and headers (docs/console.md).
+        response.headers.update(console.HEADERS)
     elapsed = time.perf_counter() - started
     route = route_template(request)
     counted, timed = _request_metrics(route, request.method, response.status)
@@ -251,8 +278,31 @@ async def tracing_middleware(request: web.Request, handler: Handler) -> web.Stre
         return response
 
 
+# Every error answer is JSON that no browser takes for a page: `nosniff`, and the characters
+# that could open markup written as JSON escapes. A message or a field's path may quote what
+# the client sent (an unknown parameter's name, a value); a JSON client reads it unchanged,
+# while no byte of it reads as HTML to anything that sniffs, or mis-serves, the answer.
+_MARKUP = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"), (b"'", b"\\u0027"))
+ERROR_HEADERS = {"X-Content-Type-Options": "nosniff"}
+
+
+def error_response(
+    error: ApiError, trace: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    """The one rendering of an error answer (the middleware's and the protocol's)."""
+    body = orjson.dumps(error_body(error, trace))
+    for char, escaped in _MARKUP:
+        body = body.replace(char, escaped)
+    return web.Response(
+        body=body,
+        status=error.status,
+        content_type="application/json",
+        headers={**ERROR_HEADERS, **error.headers, **(headers or {})},
+    )
+
+
 def _error_response(error: ApiError, trace: str) -> web.Response:
-    return json_response(error_body(error, trace), status=error.status, headers=error.headers)
+    return error_response(error, trace)
 
 
 def single_header(request: web.Request, name: str) -> str | None:
@@ -272,9 +322,18 @@ def _check_length(request: web.Request) -> None:
         raise ApiError(413, "payload_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
 
 
-async def _read_raw(request: web.Request) -> bytes:
+async def read_body(request: web.Request) -> bytes:
+    """The request's body, at most MAX_BODY_BYTES: the one read of a body, so that a body
+    still on its way runs the request's BODY_WAITS (no admission slot held meanwhile, the
+    key looked up again after it)."""
     _check_length(request)
-    raw = await request.read()
+    if request.content.is_eof():  # it came with the head (or was read already): no wait
+        raw = await request.read()
+    else:
+        async with contextlib.AsyncExitStack() as stack:
+            for wait in request.get(BODY_WAITS, ()):
+                await stack.enter_async_context(wait())
+            raw = await request.read()
     if len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
     return raw
@@ -289,7 +348,7 @@ def _require_json_type(request: web.Request) -> None:
 async def read_json(request: web.Request) -> Any:
     _check_length(request)
     _require_json_type(request)
-    return _decode(await _read_raw(request))
+    return _decode(await read_body(request))
 
 
 async def read_no_body(request: web.Request) -> None:
@@ -298,7 +357,7 @@ async def read_no_body(request: web.Request) -> None:
     believes a body it sent did something."""
     if not request.body_exists:
         return
-    raw = await _read_raw(request)
+    raw = await read_body(request)
     if not raw:
         return
     _require_json_type(request)
@@ -310,17 +369,35 @@ async def read_no_body(request: web.Request) -> None:
 
 
 def _decode(raw: bytes) -> Any:
-    """Parse a JSON body: UTF-8, no repeated keys, no NUL in strings."""
+    """Parse a JSON body: UTF-8, no repeated keys, no NUL in strings, nested no deeper than
+    a stored value may be (plus the levels a body wraps it in), numbers within 64-bit
+    integers' range (domain/json_values.py)."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if "depth limit" in exc.msg:  # orjson's own limit, 1,024 levels
+            raise _too_deep(raw) from exc
+        if "infinity" in exc.msg:  # 1e400: no double holds it
+            path = _number_path(raw) or "body"
+            raise ValidationFailed([FieldError(path, NUMBER_PROBLEM)]) from exc
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc.msg}") from exc
-    if isinstance(data, dict | list) and _may_repeat_keys(raw, data) and _has_duplicate_keys(raw):
-        raise ApiError(400, "invalid_json", "the body repeats a key in one object")
+    if isinstance(data, dict | list):
+        shape = _shape(data)
+        if shape is None:
+            raise _too_deep(raw)
+        keys, numbers_in_range = shape
+        # An integer literal beyond 64 bits is a float once parsed: found in the text, by its
+        # digits (19 or more), then named by a parse that keeps every literal as written.
+        if not numbers_in_range or _LONG_DIGITS.search(raw):
+            problem = _number_path(raw)
+            if problem is not None:
+                raise ValidationFailed([FieldError(problem, NUMBER_PROBLEM)])
+        if _may_repeat_keys(raw, keys) and _has_duplicate_keys(raw):
+            raise ApiError(400, "invalid_json", "the body repeats a key in one object")
     if b"u0000" in raw:
-        path = _nul_path(data, "body")
-        if path is not None:
-            raise ValidationFailed([FieldError(path, "strings must not contain NUL (\\u0000)")])
+        nul = _nul_path(data, "body")
+        if nul is not None:
+            raise ValidationFailed([FieldError(nul, "strings must not contain NUL (\\u0000)")])
     return data
 
 
@@ -352,29 +429,40 @@ _KEY_END = re.compile(rb'(\\*)"[ \t\r\n]*:')
 _PLAIN_KEY_END = re.compile(rb'"[ \t\r\n]*:')
 
 
-# Deeper than this, the fast count steps aside: the full check decides, as it always did (it
-# refuses a body nested past the interpreter's recursion limit).
-_COUNTED_DEPTH = 200
+# How deep a body may nest: a stored value's limit, plus the levels a body wraps such a value
+# in (the deepest: `{"events": [{"data": ...}]}`, 3). The value's own limit is checked, and
+# named, by the model of the field (api/models.py); this bound keeps every walk of a body
+# (these checks, the model's, the fingerprint's) short, whatever was sent.
+ENVELOPE_DEPTH = 3
+MAX_BODY_DEPTH = MAX_JSON_DEPTH + ENVELOPE_DEPTH
+# 19 digits or more: where an integer beyond 64 bits (2^63 has 19) may be written.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
-def _key_count(value: Any) -> int | None:
-    """Keys in a parsed JSON value, every object's at every depth (None: nested deeper than
-    `_COUNTED_DEPTH`). Iterative: a body's depth is the sender's to choose."""
+def _shape(value: Any) -> tuple[int, bool] | None:
+    """The keys of a parsed JSON value (every object's at every depth), and whether every
+    float in it is within range; None when it nests deeper than MAX_BODY_DEPTH. One
+    iterative walk: a body's depth is the sender's to choose."""
     count = 0
-    stack = [(value, 0)]
+    numbers_in_range = True
+    stack = [(value, 1)]
     while stack:
-        item, depth = stack.pop()
-        if depth > _COUNTED_DEPTH:
-            return None
+        item, level = stack.pop()
         if isinstance(item, dict):
+            if level > MAX_BODY_DEPTH:
+                return None
             count += len(item)
-            stack.extend((inner, depth + 1) for inner in item.values())
+            stack.extend((inner, level + 1) for inner in item.values())
         elif isinstance(item, list):
-            stack.extend((inner, depth + 1) for inner in item)
-    return count
+            if level > MAX_BODY_DEPTH:
+                return None
+            stack.extend((inner, level + 1) for inner in item)
+        elif type(item) is float and not in_range(item):
+            numbers_in_range = False
+    return count, numbers_in_range
 
 
-def _may_repeat_keys(raw: bytes, data: Any) -> bool:
+def _may_repeat_keys(raw: bytes, counted: int) -> bool:
     """False when the text has exactly as many keys as the parsed value: nothing repeated
     (a repeated key leaves the parsed object with fewer). A scan, not a second parse: most of
     the cost of reading a body was the stdlib parse of `_has_duplicate_keys`, now run only
@@ -383,8 +471,86 @@ def _may_repeat_keys(raw: bytes, data: Any) -> bool:
         written = len(_PLAIN_KEY_END.findall(raw))
     else:
         written = sum(len(m.group(1)) % 2 == 0 for m in _KEY_END.finditer(raw))
-    counted = _key_count(data)
-    return counted is None or written != counted
+    return written != counted
+
+
+# The tokens of a JSON text that tell where a value is: a string (a key when a colon follows
+# it), an opening or closing bracket, a comma. Inside a string every `"` is escaped.
+_TOKEN = re.compile(rb'"((?:[^"\\]|\\.)*)"[ \t\r\n]*(:)?|[\[\]{},]', re.DOTALL)
+
+
+def _too_deep(raw: bytes) -> ValidationFailed:
+    """The refusal of a body nested deeper than MAX_BODY_DEPTH, naming the field that does
+    (`body.data`, `body.events[3].data`). Found by a scan of the text, which needs no parse
+    (a body too deep for the parser is named too)."""
+    path: list[str | int] = []
+    kinds: list[bytes] = []
+    for token in _TOKEN.finditer(raw):
+        text = token.group(0)
+        if text in (b"{", b"["):
+            kinds.append(text)
+            if len(kinds) > MAX_BODY_DEPTH:
+                break
+            path.append(0 if text == b"[" else "")
+        elif text in (b"}", b"]"):
+            if kinds:
+                kinds.pop()
+                path.pop()
+        elif text == b",":
+            if kinds and kinds[-1] == b"[":
+                path[-1] = int(path[-1]) + 1
+        elif token.group(2) and kinds:  # a key
+            try:
+                path[-1] = json.loads(b'"' + token.group(1) + b'"')
+            except ValueError:
+                path[-1] = "?"
+    return ValidationFailed([FieldError(_field_of(path), DEPTH_PROBLEM)])
+
+
+def _field_of(path: list[str | int]) -> str:
+    """The field a path within the body is in, as the contract names it: its first key, and
+    through a list of objects the key in the item (`body.events[3].data`)."""
+    name = "body"
+    if not path or not isinstance(path[0], str):
+        return name
+    name += f".{path[0]}"
+    rest = path[1:]
+    while len(rest) >= 2 and isinstance(rest[0], int) and isinstance(rest[1], str):
+        name += f"[{rest[0]}].{rest[1]}"
+        rest = rest[2:]
+    return name
+
+
+class _OutOfRange:
+    """A number beyond MIN_NUMBER..MAX_NUMBER, as `_number_path`'s parse leaves it."""
+
+
+def _number_path(raw: bytes) -> str | None:
+    """Where the first number beyond 64-bit integers' range is (`body.data.count`), or None.
+    A parse that keeps every literal as written, run only when the fast checks suspect one
+    (the body is no deeper than MAX_BODY_DEPTH by then, or fails the same way at its
+    start)."""
+
+    def number(text: str) -> int | float | _OutOfRange:
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+        return value if in_range(value) else _OutOfRange()
+
+    try:
+        parsed = json.loads(raw, parse_int=number, parse_float=number)
+    except (ValueError, RecursionError):
+        return "body"
+    stack: list[tuple[Any, str]] = [(parsed, "body")]
+    while stack:  # depth first, in the text's order: the first such number is named
+        item, path = stack.pop()
+        if isinstance(item, _OutOfRange):
+            return path
+        if isinstance(item, dict):
+            stack.extend((inner, f"{path}.{key}") for key, inner in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend(
+                (inner, f"{path}.{index}") for index, inner in reversed(list(enumerate(item)))
+            )
+    return None
 
 
 def _has_duplicate_keys(raw: bytes) -> bool:
@@ -449,8 +615,8 @@ def _field_error(root: str, err: Any, brackets: bool = False) -> FieldError:
 # bytes, too many headers, broken framing, TLS on the plain port) never reach a middleware:
 # the protocol answers them itself with `RequestHandler.handle_error`, in text/plain and
 # without a request id. aiohttp has no supported hook for that answer (aio-libs/aiohttp#3287),
-# so the protocol class is replaced for this app's servers; see docs/api.md for what remains
-# out of reach.
+# so the protocol class is replaced for this app's servers (api/connections.py, which also
+# holds connections to their time bounds); see docs/api.md for what remains out of reach.
 _PARSER_REASON = re.compile(r"[A-Za-z][A-Za-z -]{0,79}")
 
 
@@ -506,11 +672,7 @@ class ShapedErrorProtocol(web.RequestHandler):
                 reason=error.message,
                 request_id=trace,
             )
-        response = json_response(
-            error_body(error, trace),
-            status=error.status,
-            headers={**error.headers, REQUEST_ID_HEADER: trace},
-        )
+        response = error_response(error, trace, {REQUEST_ID_HEADER: trace})
         response.force_close()
         return response
 
@@ -519,7 +681,7 @@ class ShapedErrorServer(web.Server):
     """A web.Server whose connections speak ShapedErrorProtocol."""
 
     @classmethod
-    def like(cls, server: web.Server) -> ShapedErrorServer:
+    def like(cls, server: web.Server) -> Self:
         """The same server (handler, request factory, protocol settings), reshaped."""
         return cls(
             server.request_handler,
@@ -531,20 +693,3 @@ class ShapedErrorServer(web.Server):
 
     def __call__(self) -> web.RequestHandler:
         return ShapedErrorProtocol(self, loop=self._loop, **self._kwargs)
-
-
-def shape_parser_errors(app: web.Application) -> None:
-    """Make every server aiohttp builds for `app` a ShapedErrorServer, whoever runs it
-    (`dispatcher serve`'s AppRunner, the tests' TestServer).
-
-    Every runner builds its server with the app's `_make_handler`; wrapping that one method on
-    this instance is the narrowest place aiohttp 3.14 leaves. `object.__setattr__` because
-    Application.__setattr__ warns about custom attributes in debug mode, and this one is
-    deliberate.
-    """
-    build = app._make_handler
-
-    def make_handler(**kwargs: Any) -> web.Server:
-        return ShapedErrorServer.like(build(**kwargs))
-
-    object.__setattr__(app, "_make_handler", make_handler)

@@ -21,6 +21,7 @@ from pydantic import (
 from dispatcher.api.idempotency import IDEMPOTENCY_KEY_PROBLEM, IDEMPOTENCY_KEY_SHAPE
 from dispatcher.domain.enums import CallStatus, ConversationStatus, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, OPERATIONAL_TYPES, PUBLISHABLE_TYPES
+from dispatcher.domain.json_values import json_problem
 from dispatcher.domain.payload_filter import filter_problem
 from dispatcher.domain.phone import is_e164
 from dispatcher.domain.text import BLANK, is_blank, is_control, name_problem
@@ -118,8 +119,20 @@ def _distinct(value: list[str] | None) -> list[str] | None:
     return value
 
 
+def _json_value(value: dict[str, Any]) -> dict[str, Any]:
+    problem = json_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# A free-form JSON object the service stores and serves back (an event's `data`): nested at
+# most MAX_JSON_DEPTH levels (domain/json_values.py).
+JsonObject = Annotated[dict[str, Any], AfterValidator(_json_value)]
+
+
 def _filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    problem = None if value is None else filter_problem(value)
+    problem = None if value is None else json_problem(value) or filter_problem(value)
     if problem is not None:
         raise ValueError(problem)
     return value
@@ -171,7 +184,7 @@ class UpdateWebhook(Body):
 class FilterTest(Body):
     """Try a payload filter: the webhook's saved one, or `filter` when given."""
 
-    data: dict[str, Any]
+    data: JsonObject
     filter: PayloadFilter = None
 
 
@@ -199,7 +212,7 @@ def _idempotency_key(value: str) -> str:
 class PublishEvent(Body):
     type: str = Field(min_length=1, max_length=100)
     numberId: str | None = None
-    data: dict[str, Any]
+    data: JsonObject
     orderingKey: OrderingKey | None = None
 
     @field_validator("type")

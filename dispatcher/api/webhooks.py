@@ -92,7 +92,15 @@ async def create_webhook(
     headers, secret_headers = body.headers or {}, body.secretHeaders or {}
     _check_headers(headers, secret_headers, body.model_fields_set)
     await _check_numbers(svc, key.workspace_id, body.numberIds)
-    row, signing_secret = await webhooks.create(
+    answers: list[web.Response] = []
+
+    def answer(row: WebhookRow, signing_secret: str) -> None:
+        """Rendered before the insert commits: an answer that cannot be written stores
+        nothing (never a live webhook whose id and secret the client did not see)."""
+        limit = svc.settings.max_concurrency_per_webhook
+        answers.append(json_response(webhook_with_secret(row, limit, signing_secret), status=201))
+
+    await webhooks.create(
         svc.db,
         workspace_id=key.workspace_id,
         url=body.url,
@@ -106,11 +114,9 @@ async def create_webhook(
         payload_filter=stored_filter(body.filter),
         rate_limit=body.rateLimit,
         ordering=body.ordering,
+        answer=answer,
     )
-    return json_response(
-        webhook_with_secret(row, svc.settings.max_concurrency_per_webhook, signing_secret),
-        status=201,
-    )
+    return answers[0]
 
 
 @routes.get("/v1/webhooks", Scope.WEBHOOKS_READ, Page[Webhook])
@@ -182,6 +188,12 @@ async def update_webhook(
             )
 
     await _check_numbers(svc, key.workspace_id, changes.get("number_ids"))
+    answers: list[web.Response] = []
+
+    def answer(row: WebhookRow) -> None:
+        """Rendered before the change commits: an answer that cannot be written undoes it."""
+        answers.append(json_response(_webhook(svc, row)))
+
     updated = await webhooks.update(
         svc.db,
         key.workspace_id,
@@ -189,11 +201,12 @@ async def update_webhook(
         changes,
         svc.clock.now(),
         check=check,
+        answer=answer,
     )
     row = found(updated, "webhook")
     if changes.get("enabled") is False:
         log.info("webhook.disabled", webhook_id=row.id, reason=row.disabled_reason)
-    return json_response(_webhook(svc, row))
+    return answers[0]
 
 
 @routes.delete("/v1/webhooks/{webhook_id}", Scope.WEBHOOKS_WRITE, status=204)

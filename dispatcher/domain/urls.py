@@ -5,7 +5,8 @@ wrong), and by the sender before every attempt (a URL stored before a rule exist
 recorded attempt, never as an exception). The rules are those of the path a request takes:
 the host is IDNA-encoded (as yarl does) and then looked up by name, so each label must be what
 DNS and the IDNA codec take (RFC 1123 host names: letters, digits, hyphens; 1 to 63 characters
-a label, not starting or ending with a hyphen; 253 in all). Forms that different parsers read
+a label, not starting or ending with a hyphen; 253 in all; a label starting `xn--` the
+ASCII form of a valid international label, IDNA 2008). Forms that different parsers read
 differently are refused rather than guessed at: numeric hosts other than dotted-quad IPv4
 (`2130706433`, `127.1`, `0x7f.0.0.1`, `0177.0.0.1`), credentials, backslashes, white space
 and control characters anywhere.
@@ -151,7 +152,31 @@ def _host(raw: str) -> str:
             if label.startswith("-") or label.endswith("-"):
                 raise InvalidUrl("a part of the host name must not start or end with a hyphen")
             raise InvalidUrl("the host name may contain only letters, digits, hyphens and dots")
+        if label.startswith(A_LABEL_PREFIX) and not _is_a_label(label):
+            if not raw.isascii():  # made so from the name given (by the IDNA 2003 fallback)
+                raise InvalidUrl(NOT_INTERNATIONAL)
+            raise InvalidUrl(
+                "a part of the host name that starts with xn-- must be the ASCII form of a "
+                "valid international name (like xn--bcher-kva for bücher)"
+            )
     return host
+
+
+NOT_INTERNATIONAL = "the host name is not a valid international domain name"
+# A label starting with this is the ASCII form (A-label) of an international one (RFC 5890).
+A_LABEL_PREFIX = "xn--"
+
+
+def _is_a_label(label: str) -> bool:
+    """An `xn--` label must be the A-label of a valid U-label (IDNA 2008, as the idna package
+    checks it: Punycode that decodes, to code points IDNA allows, in a valid label), and its
+    canonical one: decoding, then encoding again, gives it back. Else two programs could
+    read one host differently (or a resolver refuse what was accepted): `xn--a` decodes to
+    U+0080, a control character."""
+    try:
+        return bool(idna.encode(idna.decode(label)).decode("ascii") == label)
+    except (idna.IDNAError, UnicodeError, ValueError):
+        return False
 
 
 def _idna_encode(host: str) -> str:
@@ -163,7 +188,7 @@ def _idna_encode(host: str) -> str:
     try:
         return host.encode("idna").decode("ascii")
     except (UnicodeError, ValueError):
-        raise InvalidUrl("the host name is not a valid international domain name") from None
+        raise InvalidUrl(NOT_INTERNATIONAL) from None
 
 
 def _looks_numeric(host: str) -> bool:

@@ -120,6 +120,8 @@ class Engine:
         self.poller_probe = POLLER_PROBE_SECONDS
         # How often an engine that is not the poller tries to become it: once a beat.
         self.lead_retry = min(1.0, settings.heartbeat_timeout / 3)
+        self.beat_interval = min(1.0, settings.heartbeat_timeout / 3)
+        self.beats = 0  # beats that got through (for tests and debugging)
         self._engaged_until = 0.0  # loop time: probe on our own until then
         self._empty_claims = 0  # claims in a row that took nothing (the engaged backoff)
         self.running = False
@@ -129,12 +131,11 @@ class Engine:
     async def start(self) -> None:
         await self.sender.start()
         # Known as alive before the first claim, so no live engine takes its leases back.
-        await queue.beat(
-            self.db,
-            owner=self.owner,
-            dead_after=self.settings.heartbeat_timeout,
-            now=self.clock.now(),
-        )
+        await queue.beat(self.db, owner=self.owner)
+        # Dead engines' leases are handed back at once (logged as every take-over is), not a
+        # beat later; a failure here is the heartbeat's to retry.
+        with contextlib.suppress(DispatcherError):
+            await self._take_over()
         self._tasks = [
             asyncio.create_task(self.recorder.run(), name="engine-recorder"),
             asyncio.create_task(self._loop(), name="engine-claim-loop"),
@@ -336,28 +337,45 @@ class Engine:
         return True
 
     async def _heartbeat(self) -> None:
-        """Beat every second or so; each beat also hands back the leases of engines that
-        stopped beating (any live engine does it: no leader)."""
-        interval = min(1.0, self.settings.heartbeat_timeout / 3)
+        """Beat every second or so; after each beat, hand back the leases of engines that
+        stopped beating (any live engine does it: no leader).
+
+        The beat is its own short statement on this engine's own row, bounded in time, and the
+        take-over comes after it, skipping whatever another transaction holds: so a stalled
+        engine (paused, or cut off from Postgres inside a transaction, its locks held until
+        Postgres ends its session) can never stop a live engine from beating, and the live
+        one is never taken for dead when the stall ends."""
+        interval = self.beat_interval
         while True:
             await asyncio.sleep(interval)
             try:
-                beat = await queue.beat(
-                    self.db,
-                    owner=self.owner,
-                    dead_after=self.settings.heartbeat_timeout,
-                    now=self.clock.now(),
-                )
-            except DispatcherError as exc:
-                log.debug("engine.heartbeat_failed", error=str(exc))
+                async with asyncio.timeout(interval):
+                    registered = await queue.beat(self.db, owner=self.owner)
+            except (DispatcherError, TimeoutError) as exc:
+                log.debug("engine.heartbeat_failed", error=str(exc) or type(exc).__name__)
                 continue
-            if beat.registered:
+            self.beats += 1
+            if registered:
                 # Silent too long (a stall, an outage): its leases were handed back and may be
                 # sent again by others. Results still to come are fenced off by the record.
                 log.warning("engine.heartbeat_resumed", owner=self.owner)
-            if beat.taken_over:
-                log.info("engine.took_over", count=beat.taken_over)
-                self.poke()
+            with contextlib.suppress(DispatcherError, TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._take_over()
+
+    async def _take_over(self) -> None:
+        """Hand back the leases of engines that stopped beating (and any without a live
+        owner); log what was taken over, and from whom."""
+        try:
+            taken = await queue.take_over(
+                self.db, dead_after=self.settings.heartbeat_timeout, now=self.clock.now()
+            )
+        except DispatcherError as exc:
+            log.debug("engine.take_over_failed", error=str(exc))
+            raise
+        if taken.leases:
+            log.info("engine.took_over", count=taken.leases, owners=taken.owners)
+            self.poke()
 
     async def claim_once(self) -> tuple[int, int]:
         """Claim what fits in the free capacity and start the attempts; (claimed, asked)."""

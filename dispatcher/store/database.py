@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 
@@ -107,15 +108,38 @@ def is_unavailable(exc: BaseException) -> bool:
 
 
 def translate(exc: BaseException) -> DispatcherError:
+    if isinstance(exc, asyncpg.QueryCanceledError):
+        # 57014: a statement timeout, or a deadline of ours that fails the same way (the
+        # payload filters of a fan-out, dispatcher_filter_passes). The transaction is rolled
+        # back; nothing of it is stored. Work the database could not finish in time: retry.
+        return Overloaded(
+            "the database did not finish this request's work within its time limit; nothing "
+            "was stored: retry shortly",
+            reason="timeout",
+        )
     if is_unavailable(exc):
         detail = str(exc).strip()
         reason = type(exc).__name__ + (f" ({detail[:200]})" if detail else "")
         return DatabaseUnavailable(f"database unavailable: {reason}")
     if isinstance(exc, asyncpg.PostgresError):
-        return StoreError(f"database error {exc.sqlstate}: {exc}")
+        return StoreError(f"database error {exc.sqlstate}: {_unquoted(exc)}")
     if isinstance(exc, NOT_UNAVAILABLE):
-        return StoreError(f"database client error: {exc}")
+        return StoreError(f"database client error: {_unquoted(exc)}")
     return DispatcherError(str(exc))
+
+
+def _unquoted(exc: BaseException) -> str:
+    """The error's text, without the value asyncpg quotes when it cannot encode an argument
+    ("invalid input for query argument $13: {'a': ..."): that value is request data, and
+    this text reaches the log line of a 500. Which argument, and the kind of error, stay."""
+    text = str(exc)
+    argument = _ARGUMENT.search(text)
+    if argument is None:
+        return text
+    return f"{type(exc).__name__}: invalid input for {argument.group(0)}"
+
+
+_ARGUMENT = re.compile(r"query argument \$\d+")
 
 
 def terminate(conn: Connection) -> None:
@@ -164,6 +188,33 @@ async def _no_session_state(conn: Connection) -> None:
     advisory locks are transaction-scoped, and LISTEN has its own connection."""
 
 
+# TCP keepalives on the server's side of each connection (ignored over a unix socket): a
+# backend whose client vanished (a host gone, a link cut) is found out and ended within about
+# a minute (idle 10 s, then 5 probes 5 s apart; data unacknowledged for 30 s), instead of
+# the kernel's two hours.
+KEEPALIVE_SETTINGS = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "5",
+    "tcp_user_timeout": "30000",
+}
+
+
+def engine_session(heartbeat_timeout: float) -> dict[str, str]:
+    """The session settings of an engine's connections. An engine's transactions are a few
+    statements sent back to back; one left open (idle in transaction) for as long as it takes
+    an engine to count as dead (DISPATCHER_HEARTBEAT_TIMEOUT) belongs to an engine that is
+    stalled (a paused process, a link to Postgres that stopped passing bytes): Postgres ends
+    that session, so the row locks it held (the rows of a record, a rate bucket, a lane) are
+    free again and live engines take its leases back as for a killed engine. What the stalled
+    engine was writing is rolled back; it writes it again if it comes back (the record keeps
+    its results in memory until written)."""
+    return {
+        "idle_in_transaction_session_timeout": str(max(round(heartbeat_timeout * 1000), 1)),
+        **KEEPALIVE_SETTINGS,
+    }
+
+
 class Database:
     """A pool of connections. Every use goes through `acquire` or `transaction`.
 
@@ -179,8 +230,11 @@ class Database:
         min_size: int = 1,
         max_size: int = 10,
         acquire_timeout: float | None = None,
+        session: Mapping[str, str] | None = None,
     ) -> None:
+        """`session`: settings every connection of the pool starts with (engine_session)."""
         self._url = url
+        self.session = {"application_name": "dispatcher", **KEEPALIVE_SETTINGS, **(session or {})}
         self.min_size = min_size
         self.max_size = max_size
         # How long a use may wait for a connection while all are taken (None: as long as it
@@ -227,7 +281,7 @@ class Database:
             reset=_no_session_state,
             command_timeout=60,
             timeout=10,
-            server_settings={"application_name": "dispatcher"},
+            server_settings=self.session,
         )
         try:
             await pool

@@ -26,6 +26,7 @@ another's work. The statements are in queries/queue.sql, each commented step by 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple, TypeAlias
@@ -56,6 +57,7 @@ class SQL(Queries, file="queue.sql"):
     advance_lanes: str
     release: str
     beat: str
+    take_over_lock_wait: str
     take_over: str
     forget_engine: str
     release_held: str
@@ -400,17 +402,30 @@ async def release_unheld(db: Database, *, owner: str, held: Collection[str], now
     return int(result.split()[-1])
 
 
-class Beat(NamedTuple):
-    registered: bool  # this engine was not (or no longer) known as alive before this beat
-    taken_over: int  # leases of dead engines handed back by this beat
-
-
-async def beat(db: Database, *, owner: str, dead_after: float, now: datetime) -> Beat:
-    """Say this engine is alive, and hand back the leases of engines that are not."""
+async def beat(db: Database, *, owner: str) -> bool:
+    """Say this engine is alive; True when it was not (or no longer) known as alive. One
+    short statement on the engine's own row: it never waits for another engine's locks."""
     async with db.acquire() as conn:
-        registered = bool(await conn.fetchval(SQL.beat, owner))
-        result: str = await conn.execute(SQL.take_over, dead_after, now)
-    return Beat(registered, int(result.split()[-1]))
+        return bool(await conn.fetchval(SQL.beat, owner))
+
+
+class TakeOver(NamedTuple):
+    """What a take-over handed back: how many leases, per engine that held them."""
+
+    leases: int
+    owners: dict[str, int]
+
+
+async def take_over(db: Database, *, dead_after: float, now: datetime) -> TakeOver:
+    """Forget the engines silent for longer than `dead_after` seconds and hand back their
+    leases (and any whose owner is not alive), due at once. Rows and locks held by another
+    transaction are skipped, never waited for (a later beat gets them): a stalled engine's
+    transaction cannot hold up a live engine's heartbeat."""
+    async with db.transaction() as conn:
+        await conn.execute(SQL.take_over_lock_wait)
+        rows = await conn.fetch(SQL.take_over, dead_after, now)
+    owners = dict(sorted(Counter(row["owner"] for row in rows).items()))
+    return TakeOver(len(rows), owners)
 
 
 async def leave(db: Database, *, owner: str, now: datetime) -> int:

@@ -88,16 +88,17 @@ async def _require_workspace(conn: Connection, workspace_id: str) -> None:
 
 async def insert_number(db: Database, workspace_id: str, number: str) -> PhoneNumberRow:
     """Register `number` (E.164, checked by the caller) to the workspace. A number belongs to
-    one workspace at most: registered anywhere already (this workspace included), Conflict."""
+    one workspace at most: registered anywhere already (this workspace included), Conflict.
+    The operator sink's workspace is NotFound, as a missing one: nobody's to change."""
     async with db.acquire() as conn:
         try:
-            row = await fetch_one(
-                conn, SQL.insert_number, ids.new_id(ids.NUMBER), workspace_id, number
+            row = await conn.fetchrow(
+                SQL.insert_number, ids.new_id(ids.NUMBER), workspace_id, number
             )
-        except asyncpg.ForeignKeyViolationError as exc:
-            raise NotFound(f"workspace {workspace_id} does not exist") from exc
         except asyncpg.UniqueViolationError as exc:
             raise Conflict(f"number {number} is already registered") from exc
+    if row is None:
+        raise NotFound(f"workspace {workspace_id} does not exist")
     return as_row(PhoneNumberRow, row)
 
 
@@ -120,21 +121,20 @@ async def insert_key(
     db: Database, workspace_id: str, scopes: Sequence[str], name: str | None = None
 ) -> tuple[ApiKeyRow, str]:
     """A new key: its row (no hash) and the key itself, which is not stored (only its hash
-    is) and so can be shown this once."""
+    is) and so can be shown this once. The operator sink's workspace is NotFound, as a
+    missing one: a key there would read every tenant's operational events."""
     key = new_key()
     async with db.acquire() as conn:
-        try:
-            row = await fetch_one(
-                conn,
-                SQL.insert_key,
-                ids.new_id(ids.API_KEY),
-                workspace_id,
-                hash_key(key),
-                sorted(set(scopes)),
-                name,
-            )
-        except asyncpg.ForeignKeyViolationError as exc:
-            raise NotFound(f"workspace {workspace_id} does not exist") from exc
+        row = await conn.fetchrow(
+            SQL.insert_key,
+            ids.new_id(ids.API_KEY),
+            workspace_id,
+            hash_key(key),
+            sorted(set(scopes)),
+            name,
+        )
+    if row is None:
+        raise NotFound(f"workspace {workspace_id} does not exist")
     return as_row(ApiKeyRow, row), key
 
 

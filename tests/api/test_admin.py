@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +17,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from dispatcher.api.app import create_app
 from dispatcher.api.context import Services
 from dispatcher.api.openapi import document
+from dispatcher.domain.signing import new_secret
+from dispatcher.errors import NotFound
+from dispatcher.store import operator_sink, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.key_cache import KeyCache
 from tests.conftest import ADMIN_HEADERS, ADMIN_TOKEN, Workspace, wait_for
@@ -384,3 +388,50 @@ async def test_a_key_made_by_the_admin_api_sees_only_its_workspace(
     hook = (await mine.json())["id"]
     resp = await client.get(f"/v1/webhooks/{hook}", headers=ws.headers)
     assert resp.status == 404
+
+
+# A valid body for each admin route that takes one: with it, only the workspace can be at fault.
+VALID_BODIES: dict[tuple[str, str], Any] = {
+    ("post", "/v1/admin/workspaces/{workspace_id}/numbers"): {"number": "+15555550177"},
+    ("post", "/v1/admin/workspaces/{workspace_id}/keys"): {"scopes": ["events:read"]},
+}
+
+
+async def test_the_operator_sinks_workspace_is_nobodys_to_change(
+    client: TestClient[Any, Any], db: Database
+) -> None:
+    """Every admin route of a workspace answers 404 for the operator sink's, as for a missing
+    one, and writes nothing: a key there would read every tenant's operational events and
+    could repoint the sink; a number there would route calls into it."""
+    await operator_sink.configure(db, "https://ops.example/sink", new_secret(), datetime.now(UTC))
+    async with db.acquire() as conn:
+        operator = await conn.fetchval("SELECT id FROM workspaces WHERE operator")
+        # A key an older version let the admin API make there.
+        await conn.execute(
+            "INSERT INTO api_keys (id, workspace_id, key_hash, scopes) "
+            "VALUES ('AKold', $1, '\\x00'::bytea, '{events:read}')",
+            operator,
+        )
+    before = (await count(db, "phone_numbers"), await count(db, "api_keys"))
+    routes = [(m, p) for m, p in ADMIN_OPERATIONS if "{workspace_id}" in p]
+    assert routes
+    for method, path in routes:
+        if method != "get":
+            assert (method, path) in VALID_BODIES or method == "delete", (method, path)
+        body = VALID_BODIES.get((method, path))
+        target = concrete(path, operator).replace("AK" + "0" * 32, "AKold")
+        resp = await client.request(method, target, json=body, headers=ADMIN_HEADERS)
+        assert resp.status == 404, (method, path, await resp.text())
+        assert (await resp.json())["code"] == "not_found"
+    assert (await count(db, "phone_numbers"), await count(db, "api_keys")) == before
+    async with db.acquire() as conn:
+        assert await conn.fetchval("SELECT revoked_at FROM api_keys WHERE id = 'AKold'") is None
+    # The CLI's door (the same store functions) refuses it too; `keys revoke KEY_ID` can still
+    # revoke a key made there before.
+    with pytest.raises(NotFound):
+        await workspaces.insert_key(db, operator, ["events:read"])
+    with pytest.raises(NotFound):
+        await workspaces.insert_number(db, operator, "+15555550178")
+    await workspaces.revoke_key(db, "AKold")
+    async with db.acquire() as conn:
+        assert await conn.fetchval("SELECT revoked_at FROM api_keys WHERE id = 'AKold'")

@@ -2,9 +2,9 @@
 connection comes free in time, the API answers 503 `overloaded` with `Retry-After` at once,
 stores nothing, and never refuses the probes or /metrics.
 
-Requests are held in progress the way a real overload holds them: a client that sends its
-body slowly keeps its request in the handler (the body read), and connections taken from the
-app's own pool keep requests waiting for one.
+Requests are held in progress the way a real overload holds them: connections taken from the
+app's own pool (as by slow statements) keep requests in their handlers, waiting for one. A
+client that sends its body slowly holds no slot while it does (tests/api/test_slow_clients.py).
 """
 
 from __future__ import annotations
@@ -43,6 +43,13 @@ MakeClient = Callable[..., Awaitable[Client]]
 
 
 @pytest.fixture
+async def stack() -> AsyncIterator[AsyncExitStack]:
+    """Released at the end of the test, pass or fail (held pool connections)."""
+    async with AsyncExitStack() as exits:
+        yield exits
+
+
+@pytest.fixture
 async def make_client(services: Services, small_pool: Database) -> AsyncIterator[MakeClient]:
     """A client of an app on `small_pool` with these backpressure settings."""
     async with AsyncExitStack() as stack:
@@ -67,31 +74,29 @@ def admission(client: Client) -> Admission:
     return server.app[ADMISSION]
 
 
-class SlowBody:
-    """A POST /v1/events whose body arrives in two parts: the request stays in progress (its
-    handler reading the body) until `finish()`."""
+class Held:
+    """Requests kept in progress: every connection of the app's pool is taken, so that
+    publishes wait in their handlers (holding their admission slots) until `release()`."""
 
-    def __init__(self, client: Client, ws: Workspace, event_id: str) -> None:
-        self._rest = asyncio.Event()
-        body = f'{{"type": "contact.updated", "data": {{"id": "{event_id}"}}}}'.encode()
-        half = len(body) // 2
+    def __init__(self, pool: Database) -> None:
+        self._pool = pool
+        self._taken = AsyncExitStack()
+        self.answers: list[asyncio.Task[Any]] = []
 
-        async def parts() -> AsyncIterator[bytes]:
-            yield body[:half]
-            await self._rest.wait()
-            yield body[half:]
+    async def __aenter__(self) -> Held:
+        for _ in range(self._pool.max_size):
+            await self._taken.enter_async_context(self._pool.acquire())
+        return self
 
-        headers = {**ws.headers, "Content-Type": "application/json"}
-        self.answer = asyncio.create_task(self._send(client, parts(), headers))
+    async def __aexit__(self, *exc: object) -> None:
+        await self._taken.aclose()
 
-    @staticmethod
-    async def _send(client: Client, data: Any, headers: dict[str, str]) -> tuple[int, Any]:
-        async with client.post("/v1/events", data=data, headers=headers) as resp:
-            return resp.status, await resp.json()
+    def publish(self, client: Client, ws: Workspace, event_id: str) -> None:
+        self.answers.append(asyncio.create_task(publish(client, ws, event_id)))
 
-    async def finish(self) -> tuple[int, Any]:
-        self._rest.set()
-        return await self.answer
+    async def release(self) -> list[int]:
+        await self._taken.aclose()
+        return [(await answer).status for answer in self.answers]
 
 
 async def publish(client: Client, ws: Workspace, event_id: str) -> Any:
@@ -129,12 +134,19 @@ async def overloaded_count(client: Client, reason: str) -> float:
 
 
 async def test_past_the_bound_refused_at_once_and_nothing_stored(
-    make_client: MakeClient, db: Database, ws: Workspace
+    make_client: MakeClient,
+    small_pool: Database,
+    db: Database,
+    ws: Workspace,
+    stack: AsyncExitStack,
 ) -> None:
-    client = await make_client(max_requests_in_progress=2, admission_timeout=0.0)
+    client = await make_client(max_requests_in_progress=2, admission_timeout=0.0,
+                               acquire_timeout=30.0)  # fmt: skip
     refused_before = await overloaded_count(client, "requests")
-    held = [SlowBody(client, ws, "held-1"), SlowBody(client, ws, "held-2")]
-    await wait_for(lambda: admission(client).in_progress == 2, message="two requests in progress")
+    held = await stack.enter_async_context(Held(small_pool))
+    held.publish(client, ws, "held-1")
+    held.publish(client, ws, "held-2")
+    await wait_for(lambda: small_pool.waiting == 2, message="two requests in progress")
 
     started = time.monotonic()
     await assert_overloaded(await publish(client, ws, "refused"), started)
@@ -143,14 +155,12 @@ async def test_past_the_bound_refused_at_once_and_nothing_stored(
     await assert_overloaded(await client.get("/v1/events", headers=ws.headers), started)
     # The probes and /metrics are never refused, and do not count against the bound.
     assert (await client.get("/healthz")).status == 200
-    ready = await client.get("/readyz")
-    assert ready.status == 200, await ready.text()
     assert await overloaded_count(client, "requests") == refused_before + 2
 
-    for request in held:
-        status, event = await request.finish()
-        assert status == 202, event
+    assert await held.release() == [202, 202]
     assert await stored(db, ws) == ["held-1", "held-2"]
+    ready = await client.get("/readyz")
+    assert ready.status == 200, await ready.text()
 
     # The load has dropped: requests are let in again.
     resp = await publish(client, ws, "after")
@@ -160,16 +170,21 @@ async def test_past_the_bound_refused_at_once_and_nothing_stored(
 
 
 async def test_a_burst_waits_for_a_slot_within_the_admission_timeout(
-    make_client: MakeClient, db: Database, ws: Workspace
+    make_client: MakeClient,
+    small_pool: Database,
+    db: Database,
+    ws: Workspace,
+    stack: AsyncExitStack,
 ) -> None:
-    client = await make_client(max_requests_in_progress=1, admission_timeout=30.0)
-    held = SlowBody(client, ws, "first")
-    await wait_for(lambda: admission(client).in_progress == 1, message="one request in progress")
+    client = await make_client(max_requests_in_progress=1, admission_timeout=30.0,
+                               acquire_timeout=30.0)  # fmt: skip
+    held = await stack.enter_async_context(Held(small_pool))
+    held.publish(client, ws, "first")
+    await wait_for(lambda: small_pool.waiting == 1, message="one request in progress")
     second = asyncio.create_task(publish(client, ws, "second"))
     await wait_for(lambda: admission(client).waiting == 1, message="one request waiting")
 
-    status, _ = await held.finish()
-    assert status == 202
+    assert await held.release() == [202]
     resp = await second
     assert resp.status == 202, await resp.text()
     assert await stored(db, ws) == ["first", "second"]
@@ -177,11 +192,17 @@ async def test_a_burst_waits_for_a_slot_within_the_admission_timeout(
 
 
 async def test_a_wait_past_the_admission_timeout_is_refused(
-    make_client: MakeClient, db: Database, ws: Workspace
+    make_client: MakeClient,
+    small_pool: Database,
+    db: Database,
+    ws: Workspace,
+    stack: AsyncExitStack,
 ) -> None:
-    client = await make_client(max_requests_in_progress=1, admission_timeout=0.2)
-    held = SlowBody(client, ws, "first")
-    await wait_for(lambda: admission(client).in_progress == 1, message="one request in progress")
+    client = await make_client(max_requests_in_progress=1, admission_timeout=0.2,
+                               acquire_timeout=30.0)  # fmt: skip
+    held = await stack.enter_async_context(Held(small_pool))
+    held.publish(client, ws, "first")
+    await wait_for(lambda: small_pool.waiting == 1, message="one request in progress")
 
     started = time.monotonic()
     resp = await publish(client, ws, "waited")
@@ -189,7 +210,7 @@ async def test_a_wait_past_the_admission_timeout_is_refused(
     assert time.monotonic() - started >= 0.2  # it did wait for a slot first
     assert admission(client).waiting == 0
 
-    assert (await held.finish())[0] == 202
+    assert await held.release() == [202]
     assert await stored(db, ws) == ["first"]
 
 

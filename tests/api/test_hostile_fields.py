@@ -38,6 +38,9 @@ BAD_URLS = [
     "http://example.com/ok ",
     "http://example.com/\u200bok",
     "http://example.com\\@evil.example/ok",
+    "http://xn--a/ok",
+    "http://xn--a.example.com/ok",
+    "http://hooks.xn--ls8h.la/ok",
 ]
 
 BLANK_TEXTS = ["   ", "\u200b", "\t\n", "\u00a0\u3000", "\u200d\ufeff", "\u2028"]

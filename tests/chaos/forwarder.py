@@ -50,6 +50,8 @@ class Forwarder:
         self.connections = 0  # accepted in all
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
+        self._flowing = asyncio.Event()  # cleared: a partition (bytes are held, not passed)
+        self._flowing.set()
 
     @property
     def url(self) -> str:
@@ -83,6 +85,14 @@ class Forwarder:
             link.abort()
         self._links.clear()
 
+    def stall(self) -> None:
+        """A partition: every connection stays open, but no byte passes either way (what
+        is sent meanwhile is held, and passed on `resume`, as TCP retransmits it)."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
@@ -108,6 +118,7 @@ class Forwarder:
         target = link.server if upstream else link.client
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while data := await source.read(65536):
+                await self._flowing.wait()
                 if upstream and link.committed:
                     self.cuts_after_commit += 1
                     break

@@ -24,6 +24,12 @@ ACCEPTED = {
     "http://[::1]:65535/x": ("[::1]", 65535),
     "http://bücher.de/x": ("xn--bcher-kva.de", 80),
     "http://xn--bcher-kva.de/": ("xn--bcher-kva.de", 80),
+    "http://XN--BCHER-KVA.de/": ("xn--bcher-kva.de", 80),
+    "http://xn--nxasmq6b.example/": ("xn--nxasmq6b.example", 80),
+    "http://a.xn--fa-hia.de/": ("a.xn--fa-hia.de", 80),
+    "http://faß.de/": ("xn--fa-hia.de", 80),
+    # `--` at positions 3-4 without the xn prefix is no A-label (such hosts exist)
+    "http://r3---sn-abc.example.com/": ("r3---sn-abc.example.com", 80),
     "http://" + "a" * 63 + ".com/": ("a" * 63 + ".com", 80),
     "http://localhost/ok/é": ("localhost", 80),
     "http://1.2.3.4/": ("1.2.3.4", 80),
@@ -44,6 +50,19 @@ REFUSED = {
     "http://-a.com/": "hyphen",
     "http://a-.com/": "hyphen",
     "http://a.-b.com/": "hyphen",
+    # labels starting xn-- that are not the A-label of a valid U-label (IDNA 2008)
+    "http://xn--a/": "xn--",
+    "http://xn--a.example.com/": "xn--",
+    "http://a.xn--a.com/": "xn--",
+    "http://XN--A.com/": "xn--",
+    "http://xn--.com/": "hyphen",
+    "http://xn--ls8h.la/": "xn--",  # an emoji: IDNA 2003 took it, IDNA 2008 does not
+    "http://xn--zz.com/": "xn--",
+    "http://xn--0.com/": "xn--",
+    "http://xn--bcher-kva-.de/": "hyphen",
+    "http://xn--99999999.com/": "xn--",
+    "http://xn--ab-.com/": "hyphen",
+    "http://💩.la/": "not a valid international",
     # ports
     "http://h:/x": "port",
     "http://h:0/x": "port",

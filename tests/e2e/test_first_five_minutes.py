@@ -14,6 +14,8 @@ from typing import Any
 
 import aiohttp
 
+from dispatcher.settings import Settings
+from dispatcher.store.database import Database
 from tests.conftest import wait_for
 from tests.e2e.test_process import free_port, start, stop, until_ready
 from tests.receiver import Receiver
@@ -175,3 +177,31 @@ async def test_with_the_demo_off_there_is_no_receiver(database_url: str) -> None
     finally:
         code, err = await stop(proc)
     assert code == 0, err
+
+
+async def test_against_a_database_url_no_demo_key_is_minted_unless_asked(
+    database_url: str, db: Database
+) -> None:
+    """A deployment (a DATABASE_URL) never mints a credential into its logs by default: no
+    demo workspace, no key printed, on an empty database. With the embedded Postgres (a
+    developer's machine, `make run`) the demo stays on by default."""
+    port = free_port()
+    # Blank is unset: the default applies.
+    proc = await start(database_url, "serve", "--port", str(port), DISPATCHER_DEMO="",
+                       DISPATCHER_ENGINE="off")  # fmt: skip
+    try:
+        async with aiohttp.ClientSession() as http:
+            await until_ready(http, f"http://127.0.0.1:{port}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = (part.decode() for part in await asyncio.wait_for(proc.communicate(), 30))
+    assert proc.returncode == 0, err
+    assert "API key" not in out and "dk_" not in out and "dk_" not in err
+    async with db.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM workspaces WHERE NOT operator") == 0
+        assert await conn.fetchval("SELECT count(*) FROM api_keys") == 0
+
+    assert Settings.from_env({}).demo is True
+    assert Settings.from_env({"DATABASE_URL": database_url}).demo is False
+    assert Settings.from_env({"DATABASE_URL": database_url, "DISPATCHER_DEMO": "on"}).demo
+    assert Settings.from_env({"DISPATCHER_DEMO": "off"}).demo is False

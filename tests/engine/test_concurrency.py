@@ -7,6 +7,7 @@ import contextlib
 from collections import Counter
 from typing import Any
 
+import structlog.testing
 from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.clock import FakeClock
@@ -117,6 +118,32 @@ async def test_a_dead_engines_leases_are_taken_over(
         return all(d["status"] == "delivered" and d["attempts"] == 1 for d in rows)
 
     await wait_for(delivered)
+
+
+async def test_take_overs_at_start_up_are_logged(
+    client: TestClient[Any, Any], ws: Workspace, receiver: Receiver, make_engine: EngineFactory,
+    db: Database,
+) -> None:  # fmt: skip
+    receiver.behaviours["/hook"] = receiver.hang
+    await subscribe(client, ws, receiver.url())
+    await bulk_publish(db, ws, 5)
+    doomed = await make_engine(heartbeat_timeout=1.0)
+    await wait_for(lambda: receiver.in_flight.get("/hook", 0) == 5)
+    await hard_kill(doomed)
+    async with db.acquire() as conn:  # silent for long: dead at the next engine's first beat
+        await conn.execute(
+            "UPDATE dispatcher_engines SET beat_at = now() - interval '1 hour' WHERE owner = $1",
+            doomed.owner,
+        )
+    with structlog.testing.capture_logs() as logs:
+        await make_engine(heartbeat_timeout=1.0)
+        # Logged by the start itself, before any later beat.
+        took = [e for e in logs if e["event"] == "engine.took_over"]
+    assert took == [
+        {"event": "engine.took_over", "log_level": "info", "count": 5,
+         "owners": {doomed.owner: 5}}
+    ]  # fmt: skip
+    receiver.release.set()
 
 
 async def hard_kill(engine: Engine) -> None:

@@ -143,3 +143,34 @@ def test_the_files_ship_in_the_wheel() -> None:
     # Read as the service reads them: through importlib.resources.
     shipped = {entry.name for entry in resources.files(console.__name__).iterdir()}
     assert {p.name for p in STATIC} <= shipped
+
+
+# Answers under /console that are errors: an unknown file, a path no route matches, a method
+# the console does not take, a query it does not take (with a name that is markup).
+CONSOLE_ERRORS = [
+    ("GET", "/console/missing.js", 404),
+    ("GET", "/console/a/b", 404),
+    ("GET", "/console/%3Cscript%3Ealert(1)%3C%2Fscript%3E.js", 404),
+    ("POST", "/console/", 405),
+    ("DELETE", "/console/app.js", 405),
+    ("GET", "/console/?%3Cscript%3Ealert(1)%3C%2Fscript%3E=1", 400),
+    ("GET", "/console/app.js?x=1&%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E=2", 400),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "status"), CONSOLE_ERRORS)
+async def test_an_error_under_console_carries_its_headers_and_quotes_no_markup(
+    client: TestClient[Any, Any], method: str, path: str, status: int
+) -> None:
+    resp = await client.request(method, path, allow_redirects=False)
+    assert resp.status == status, await resp.text()
+    for name, value in console.HEADERS.items():
+        assert resp.headers.get(name) == value, name
+    assert resp.content_type == "application/json"
+    raw = await resp.read()
+    assert b"<" not in raw and b">" not in raw, raw
+    body = await resp.json()
+    assert body["status"] == status
+    if status == 400:
+        # The name is still told, exactly, to a client that reads the JSON.
+        assert any("<" in error["path"] for error in body["errors"]), body

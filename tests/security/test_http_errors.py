@@ -135,3 +135,28 @@ async def test_two_authorization_headers_are_refused(
     async with db.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM webhooks") == 0
         assert await conn.fetchval("SELECT count(*) FROM events") == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/events?%3Cscript%3Ealert(1)%3C%2Fscript%3E=1", None),
+        ("GET", "/v1/webhooks?limit=%3Cb%3E", None),
+        ("POST", "/v1/webhooks", {"<img src=x onerror=alert(1)>": 1, "url": "https://x.test/"}),
+        ("DELETE", "/v1/webhooks/WH%3Cscript%3E", None),
+        ("GET", "/v1/%3Cscript%3E", None),
+    ],
+)
+async def test_no_error_answer_reads_as_markup(
+    client: TestClient[Any, Any], ws: Workspace, method: str, path: str, body: Any
+) -> None:
+    """Whatever a client sends that an error quotes back (a name, a value, a path), every
+    error answer is JSON, `nosniff`, and holds no byte that could open markup."""
+    resp = await client.request(method, path, json=body, headers=ws.headers)
+    assert resp.status >= 400
+    assert resp.content_type == "application/json"
+    assert resp.headers["X-Content-Type-Options"] == "nosniff"
+    raw = await resp.read()
+    for char in (b"<", b">", b"&", b"'"):
+        assert char not in raw, raw
+    assert (await resp.json())["status"] == resp.status

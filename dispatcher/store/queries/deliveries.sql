@@ -55,8 +55,8 @@ WHERE delivery_id = $1
 
 -- name: requeue_failed
 -- Make webhook $1's failed deliveries created in [$2, $3) pending again, due at $4, those of
--- events its payload filter passes (as fan-out decides it; test deliveries are never
--- filtered), expunged events excepted; returns their ids.
+-- events its payload filter passes (dispatcher_filter_passes, as fan-out decides it; test
+-- deliveries are never filtered), expunged events excepted; returns their ids.
 UPDATE deliveries d SET status = 'pending', next_attempt_at = $4
 FROM webhooks w
 WHERE w.id = $1 AND d.webhook_id = w.id
@@ -68,7 +68,8 @@ WHERE w.id = $1 AND d.webhook_id = w.id
   AND (w.payload_filter IS NULL OR d.event_type = 'webhook.test' OR EXISTS (
       SELECT 1 FROM events e
       WHERE e.id = d.event_id AND e.created_at = d.created_at
-        AND (e.payload::jsonb -> 'data') @> w.payload_filter
+        AND dispatcher_filter_passes(e.payload::jsonb -> 'data', w.payload_filter,
+                                     w.payload_filter_arrays, NULL)
   ))
 RETURNING d.id
 
@@ -97,10 +98,10 @@ ON CONFLICT (delivery_id) DO NOTHING
 
 -- name: deliver_missed
 -- Deliveries for the events of workspace $2 created in [$3, $4) that webhook $1 hears (type,
--- number and payload filter, as fan-out decides them) and has no delivery of, due at $5,
--- because of $6, expunged events excepted; returns how many were made. (Only the missed ones
--- reach dispatcher_add_deliveries, which would skip the others too.) Made in event order: a
--- fifo subscription's join the end of their lanes in that order.
+-- number and payload filter: dispatcher_filter_passes, as fan-out decides them) and has no
+-- delivery of, due at $5, because of $6, expunged events excepted; returns how many were
+-- made. (Only the missed ones reach dispatcher_add_deliveries, which would skip the others
+-- too.) Made in event order: a fifo subscription's join the end of their lanes in that order.
 SELECT coalesce(sum(dispatcher_add_deliveries(m.id, m.created_at, m.workspace_id, m.type,
                                               m.number_id, ARRAY[m.webhook_id], $5, $6, NULL)),
                 0)::int
@@ -113,7 +114,9 @@ FROM (
       AND e.expunged_at IS NULL
       AND e.type = ANY (w.events)
       AND (w.number_ids IS NULL OR e.number_id = ANY (w.number_ids))
-      AND (w.payload_filter IS NULL OR (e.payload::jsonb -> 'data') @> w.payload_filter)
+      AND (w.payload_filter IS NULL
+           OR dispatcher_filter_passes(e.payload::jsonb -> 'data', w.payload_filter,
+                                       w.payload_filter_arrays, NULL))
       AND NOT EXISTS (
           SELECT 1 FROM deliveries d
           WHERE d.webhook_id = w.id AND d.event_id = e.id AND d.created_at = e.created_at

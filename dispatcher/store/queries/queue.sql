@@ -416,27 +416,50 @@ WHERE lease_owner = $1 AND delivery_id <> ALL($2::text[])
 
 -- name: beat
 -- Say engine $1 is alive, now (database time); returns whether it was not known as alive
--- before this beat (a new row rather than an update).
+-- before this beat (a new row rather than an update). A statement of its own, on the engine's
+-- own row only: no other engine's locks stand in its way (the take-over below is apart, so a
+-- stalled engine's locks can never stop a live one from beating).
 INSERT INTO dispatcher_engines (owner) VALUES ($1)
 ON CONFLICT (owner) DO UPDATE SET beat_at = now()
 RETURNING (xmax = 0) AS registered
 
+-- name: take_over_lock_wait
+-- Sent first in the take-over's transaction: a lock it would wait for (a table lock of a
+-- migration, say) ends it at once; the next beat tries again. Row locks are skipped, not
+-- waited for (below).
+SET LOCAL lock_timeout = '200ms'
+
 -- name: take_over
 -- Forget the engines silent for longer than $1 seconds, and hand back their leases, and any
--- whose owner is not a live engine: due at $2. Returns (as its status) how many.
+-- whose owner is not a live engine: due at $2. Returns each lease handed back, with the engine
+-- that held it. Nothing here waits for another transaction: a row that one holds (a stalled
+-- engine's transaction, its backend "idle in transaction" until Postgres ends it after
+-- idle_in_transaction_session_timeout, database.engine_session) is left for a later beat.
 WITH dead AS (
     -- Engines silent for longer than the timeout (database time: one clock for every replica).
+    -- A row being written (its engine beating right now) is alive: skipped.
     DELETE FROM dispatcher_engines
-    WHERE beat_at < now() - make_interval(secs => $1)
+    WHERE owner IN (SELECT e.owner FROM dispatcher_engines e
+                    WHERE e.beat_at < now() - make_interval(secs => $1)
+                    FOR UPDATE SKIP LOCKED)
+), orphaned AS (
+    -- Every lease whose owner is not a live engine, through the index of leased rows; a row
+    -- another transaction holds (a record in progress) is skipped.
+    SELECT q.delivery_id, q.lease_owner
+    FROM delivery_queue q
+    WHERE q.lease_owner IS NOT NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM dispatcher_engines e
+          WHERE e.owner = q.lease_owner AND e.beat_at >= now() - make_interval(secs => $1)
+      )
+    FOR UPDATE OF q SKIP LOCKED
 )
--- Their leases, and any lease whose owner is not a live engine, go back: due at once.
+-- Their leases go back: due at once.
 UPDATE delivery_queue q
 SET lease_owner = NULL, due_at = $2
-WHERE q.lease_owner IS NOT NULL
-  AND NOT EXISTS (
-      SELECT 1 FROM dispatcher_engines e
-      WHERE e.owner = q.lease_owner AND e.beat_at >= now() - make_interval(secs => $1)
-  )
+FROM orphaned o
+WHERE q.delivery_id = o.delivery_id
+RETURNING o.lease_owner AS owner
 
 -- name: forget_engine
 -- Forget engine $1 (at the end of a clean stop).

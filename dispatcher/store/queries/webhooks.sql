@@ -163,11 +163,15 @@ WHERE ws.demo AND w.url = $1 AND w.deleted_at IS NULL
 ORDER BY w.created_at, w.id
 
 -- name: filter_matches
--- Whether data $3 contains a payload filter, as fan-out decides it (`@>`): webhook $2 of
--- workspace $1's saved one, or $5 instead when $4 (NULL: none); no filter matches all.
--- Nothing when there is no such webhook.
-SELECT coalesce($3::jsonb @> CASE WHEN $4::boolean THEN $5::jsonb ELSE payload_filter END,
-                true) AS matches
+-- Whether data $3 passes a payload filter, as fan-out decides it (dispatcher_filter_passes):
+-- webhook $2 of workspace $1's saved one, or $5 instead when $4 (NULL: none); no filter
+-- matches all. Nothing when there is no such webhook.
+SELECT dispatcher_filter_passes(
+           $3::jsonb,
+           CASE WHEN $4::boolean THEN $5::jsonb ELSE payload_filter END,
+           CASE WHEN $4::boolean THEN dispatcher_filter_arrays($5::jsonb)
+                ELSE payload_filter_arrays END,
+           NULL) AS matches
 FROM webhooks
 WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
 

@@ -19,8 +19,10 @@ SELECT id, name, created_at FROM workspaces
 SELECT id FROM workspaces WHERE demo ORDER BY created_at, id LIMIT 1
 
 -- name: insert_number
--- Number $3 (E.164) of workspace $2, as $1.
-INSERT INTO phone_numbers (id, workspace_id, number) VALUES ($1, $2, $3)
+-- Number $3 (E.164) of workspace $2, as $1; no row when there is no such workspace, or it is
+-- the operator sink's (nobody's to change: it would route its calls into every tenant's feed).
+INSERT INTO phone_numbers (id, workspace_id, number)
+SELECT $1, id, $3 FROM workspaces WHERE id = $2 AND NOT operator
 RETURNING id, number, workspace_id, created_at
 
 -- name: numbers_page
@@ -28,8 +30,11 @@ RETURNING id, number, workspace_id, created_at
 SELECT id, number, workspace_id, created_at FROM phone_numbers
 
 -- name: insert_key
--- API key $1 of workspace $2: the SHA-256 of the key ($3), its scopes ($4) and name ($5).
-INSERT INTO api_keys (id, workspace_id, key_hash, scopes, name) VALUES ($1, $2, $3, $4, $5)
+-- API key $1 of workspace $2: the SHA-256 of the key ($3), its scopes ($4) and name ($5); no
+-- row when there is no such workspace, or it is the operator sink's (a key there would read
+-- every tenant's operational events and could repoint the sink).
+INSERT INTO api_keys (id, workspace_id, key_hash, scopes, name)
+SELECT $1, id, $3, $4, $5 FROM workspaces WHERE id = $2 AND NOT operator
 RETURNING id, workspace_id, scopes, name, created_at, revoked_at
 
 -- name: keys_page
@@ -38,10 +43,13 @@ RETURNING id, workspace_id, scopes, name, created_at, revoked_at
 SELECT id, workspace_id, scopes, name, created_at, revoked_at FROM api_keys
 
 -- name: revoke_key
--- Revoke key $1 (now, unless revoked already), when it is workspace $2's (any workspace's
--- when $2 is NULL); returns its id.
+-- Revoke key $1 (now, unless revoked already), when it is workspace $2's and $2 is not the
+-- operator sink's (any workspace's when $2 is NULL: the CLI's `keys revoke KEY_ID`, which
+-- can still revoke a key an older version let be made there); returns its id.
 UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
-WHERE id = $1 AND ($2::text IS NULL OR workspace_id = $2)
+WHERE id = $1
+  AND ($2::text IS NULL OR workspace_id = $2
+       AND NOT EXISTS (SELECT 1 FROM workspaces WHERE id = $2 AND operator))
 RETURNING id
 
 -- name: live_key

@@ -1,0 +1,219 @@
+"""An engine that stalls inside a transaction (paused by SIGSTOP, or its link to Postgres
+partitioned), as the chaos run found it: its backend sits "idle in transaction" holding the row
+locks of a record. The other engine must keep beating (never wait for those locks), the stalled
+engine's endpoints must flow again within a bounded time, as after a kill, and the healthy
+engine must never be taken for dead (which would send its deliveries twice)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+
+from dispatcher.store.database import Database
+from tests.chaos.forwarder import Forwarder, forwarding
+from tests.chaos.test_processes import delivered_count, slow_ok, webhooks_for
+from tests.conftest import Workspace, wait_for
+from tests.e2e.test_process import start
+from tests.engine.test_concurrency import bulk_publish
+from tests.receiver import Receiver
+
+HEARTBEAT_TIMEOUT = 2.0
+STALL_ENV = {
+    "DISPATCHER_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT),
+    "DISPATCHER_REQUEST_TIMEOUT": "5",
+    "DISPATCHER_POLL_INTERVAL": "0.1",
+    "DISPATCHER_LOG_LEVEL": "info",
+}
+# How soon a stalled engine's leases are all back, at most: it counts as dead after the
+# heartbeat timeout, Postgres ends its transaction after as long (the locked rows), and a
+# beat (every timeout / 3) hands back what is free then; plus room for a loaded machine.
+FLOWS_AGAIN_WITHIN = 2 * HEARTBEAT_TIMEOUT + 4.0
+
+# A session idle in a transaction that has written attempts: a record's, holding its rows.
+RECORD_IDLE_IN_TRANSACTION = """
+SELECT a.pid, a.state_change FROM pg_stat_activity a
+WHERE a.state = 'idle in transaction' AND a.application_name = 'dispatcher'
+  AND EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+              WHERE l.pid = a.pid AND c.relname = 'delivery_attempts')
+"""
+
+
+@dataclass
+class Worker:
+    """A `dispatcher worker` whose stderr is read as it comes (a full pipe would stall it)."""
+
+    proc: asyncio.subprocess.Process
+    lines: list[bytes] = field(default_factory=list)
+    reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, database_url: str, **env: str) -> Worker:
+        worker = cls(await start(database_url, "worker", **env))
+        worker.reader = asyncio.create_task(worker._read())
+        return worker
+
+    async def _read(self) -> None:
+        assert self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.lines.append(line)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        found = []
+        for line in self.lines:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                event = orjson.loads(line)
+                if isinstance(event, dict) and event.get("event") == name:
+                    found.append(event)
+        return found
+
+    async def owner(self) -> str:
+        await wait_for(lambda: bool(self.events("engine.started")), within=30, message="start")
+        return str(self.events("engine.started")[0]["owner"])
+
+    async def stop(self) -> int:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(self.proc.wait(), timeout=30)
+        if self.reader is not None:
+            await asyncio.wait_for(self.reader, timeout=5)
+        return code
+
+
+async def record_stalled(db: Database) -> bool:
+    """Whether a session stays idle inside a record's transaction (the same one, unmoved,
+    for 0.3 s: a live engine's records take milliseconds)."""
+    async with db.acquire() as conn:
+        first = {
+            (r["pid"], r["state_change"]) for r in await conn.fetch(RECORD_IDLE_IN_TRANSACTION)
+        }
+    if not first:
+        return False
+    await asyncio.sleep(0.3)  # the condition itself: unmoved for this long
+    async with db.acquire() as conn:
+        later = {
+            (r["pid"], r["state_change"]) for r in await conn.fetch(RECORD_IDLE_IN_TRANSACTION)
+        }
+    return bool(first & later)
+
+
+async def leases_of(db: Database, owner: str) -> set[str]:
+    async with db.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT delivery_id FROM delivery_queue WHERE lease_owner = $1", owner
+        )
+    return {r["delivery_id"] for r in rows}
+
+
+async def beat_age(db: Database, owner: str) -> float:
+    async with db.acquire() as conn:
+        age = await conn.fetchval(
+            "SELECT extract(epoch FROM now() - beat_at) FROM dispatcher_engines WHERE owner = $1",
+            owner,
+        )
+    return float("inf") if age is None else float(age)
+
+
+@pytest.fixture
+async def forwarder(database_url: str) -> AsyncIterator[Forwarder]:
+    async with forwarding(database_url) as fwd:
+        yield fwd
+
+
+@pytest.mark.parametrize("stall", ["sigstop", "partition"])
+async def test_a_stalled_engine_never_stops_the_others(
+    stall: str,
+    database_url: str,
+    db: Database,
+    ws: Workspace,
+    receiver: Receiver,
+    forwarder: Forwarder,
+) -> None:
+    paths = [f"/h{i}" for i in range(1, 5)]
+    await webhooks_for(db, ws, receiver, len(paths))
+    for path in paths:
+        receiver.behaviours[path] = slow_ok(0.25)
+    total = len(paths) * 1000
+    await bulk_publish(db, ws, 1000)
+    # The engine that stalls; a partition is only on its link (the forwarder).
+    stalled = await Worker.start(forwarder.url if stall == "partition" else database_url,
+                                 **STALL_ENV)  # fmt: skip
+    healthy = await Worker.start(database_url, **STALL_ENV)
+    try:
+        stalled_owner, healthy_owner = await stalled.owner(), await healthy.owner()
+
+        def freeze() -> None:
+            if stall == "sigstop":
+                stalled.proc.send_signal(signal.SIGSTOP)
+            else:
+                forwarder.stall()
+
+        def thaw() -> None:
+            if stall == "sigstop":
+                stalled.proc.send_signal(signal.SIGCONT)
+            else:
+                forwarder.resume()
+
+        # Stall it until it is caught inside a record's transaction (holding rows a
+        # take-over would want): the case that froze the other engine's heartbeat.
+        for _ in range(60):
+            before = len(receiver.requests)
+            await wait_for(lambda b=before: len(receiver.requests) >= b + 20, within=30,
+                           message="deliveries flowing")  # fmt: skip
+            freeze()
+            if await record_stalled(db):
+                break
+            thaw()
+        else:
+            pytest.fail("never caught the engine inside a record")
+        stalled_at = time.monotonic()
+        held = await leases_of(db, stalled_owner)  # what may be sent twice: its leases
+        assert held
+
+        # During the stall: the healthy engine beats throughout, and the stalled engine's
+        # leases all come back within the bound.
+        worst_age = 0.0
+        back_after: float | None = None
+        while time.monotonic() - stalled_at < FLOWS_AGAIN_WITHIN + HEARTBEAT_TIMEOUT:
+            worst_age = max(worst_age, await beat_age(db, healthy_owner))
+            if back_after is None and not await leases_of(db, stalled_owner):
+                back_after = time.monotonic() - stalled_at
+            await asyncio.sleep(0.1)  # a sampling period, not a synchronisation
+        assert worst_age < HEARTBEAT_TIMEOUT, f"the healthy engine went {worst_age:.1f} s unbeaten"
+        assert back_after is not None and back_after <= FLOWS_AGAIN_WITHIN, back_after
+
+        # And every endpoint flows again while the engine is still stalled: its backlog
+        # drains (everything is sent by the healthy engine alone, the stalled one's share too).
+        async def sent_without_it() -> bool:
+            return len(set(r.headers["webhook-id"] for r in receiver.requests)) == total
+
+        await wait_for(sent_without_it, within=60, message="every delivery sent, stall or not")
+        thaw()
+
+        async def all_delivered() -> bool:
+            return await delivered_count(db) == total
+
+        await wait_for(all_delivered, within=90, message="every delivery delivered")
+    finally:
+        forwarder.resume()
+        codes = (await stalled.stop(), await healthy.stop())
+    received = Counter(r.headers["webhook-id"] for r in receiver.requests)
+    assert len(received) == total
+    duplicates = {d for d, n in received.items() if n > 1}
+    # Only what the stalled engine held can go twice; never a delivery of the healthy one.
+    assert duplicates <= held, len(duplicates - held)
+    assert not healthy.events("engine.heartbeat_resumed")
+    took_over = healthy.events("engine.took_over")
+    assert any(stalled_owner in event["owners"] for event in took_over), took_over
+    assert codes == (0, 0)
+    print(f"\n{stall}: leases back after {back_after:.1f} s, healthy beat age at most "
+          f"{worst_age:.2f} s, {len(duplicates)} duplicates of {len(held)} held")  # fmt: skip
