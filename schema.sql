@@ -109,9 +109,10 @@ CREATE TABLE IF NOT EXISTS messages (
     -- When its text was erased (docs/messages.md, "Removing a message's text"); NULL while
     -- it has it. (Schema 10 added it.)
     expunged_at      timestamptz,
-    -- The Idempotency-Key it was sent under (POST /v1/messages) and the SHA-256 of that
-    -- request's body as a JSON value: within 24 hours only the identical request replays the
-    -- message; another one is refused. NULL without a key. (Last: schema 14 added them.)
+    -- The Idempotency-Key it was sent under (POST /v1/messages) and the keyed fingerprint of
+    -- that request's body (as events.request_fingerprint): within 24 hours only the identical
+    -- request replays the message; another one is refused. NULL without a key, and once the
+    -- message is expunged. (Last: schema 14 added them.)
     idempotency_key      text,
     request_fingerprint  bytea
 );
@@ -153,11 +154,13 @@ CREATE TABLE IF NOT EXISTS events (
     payload          text NOT NULL,
     idempotency_key  text,
     created_at       timestamptz NOT NULL DEFAULT now(),
-    -- SHA-256 of the publishing request's body as a JSON value (sorted keys, no white space),
-    -- kept with events published under an Idempotency-Key: under a used key only the
-    -- identical request replays the event; another one is refused. NULL on events published
-    -- without a key, and on rows from schema 1 (they replay whatever the request, as they did).
-    -- (Last: schema 2 added it, and a migrated table must equal a fresh one.)
+    -- HMAC-SHA-256 of the publishing request's body as a JSON value (sorted keys, no white
+    -- space; keyed by the instance secret, dispatcher/api/idempotency.py), kept with events
+    -- published under an Idempotency-Key: under a used key only the identical request replays
+    -- the event; another one is refused. NULL on events published without a key, on rows
+    -- from before schema 18 (0018 erased their plain SHA-256) and on expunged events: they
+    -- replay whatever the request. (Last: schema 2 added it, and a migrated table must
+    -- equal a fresh one.)
     request_fingerprint  bytea,
     -- The W3C traceparent of the span that published the event, when tracing was on
     -- (dispatcher/tracing.py): each attempt's span links to it. NULL otherwise.
@@ -1015,4 +1018,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO dispatcher_schema (version) VALUES (17) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (18) ON CONFLICT DO NOTHING;

@@ -2,20 +2,32 @@
 
 Names follow Prometheus conventions: `dispatcher_` prefix, base units, `_total` counters,
 `_seconds` durations. Labels have bounded cardinality: no delivery ids, no URLs; the one
-per-webhook series is only written when DISPATCHER_METRICS_PER_WEBHOOK is on.
+per-webhook series is only written when DISPATCHER_METRICS_PER_WEBHOOK is on, for at most
+DISPATCHER_METRICS_PER_WEBHOOK_LIMIT webhooks (WebhookSeries).
+
+Every label value known in advance is declared, so that its series exists at 0 from the first
+scrape (`rate()` and `increase()` see nothing of a series' first increment): the fixed ones
+here at import, the event types by `declare_published` at start-up (this module imports
+nothing from the package, so the catalog is handed to it).
 """
 
 from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import functools
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+# Lags of minutes (a backlog, a retry due long ago) are told apart up to an hour: p99 of a
+# worst lag of 815 s must not read as the next bucket's 3,600 s.
+LAG_BUCKETS = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+    900, 1800, 3600,
+)  # fmt: skip
 BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500)
 
 # Delivery attempts
@@ -27,7 +39,8 @@ ATTEMPTS = Counter(
 )
 WEBHOOK_ATTEMPTS = Counter(
     "dispatcher_webhook_delivery_attempts_total",
-    "Delivery attempts per webhook and outcome (only with DISPATCHER_METRICS_PER_WEBHOOK=on).",
+    "Delivery attempts per webhook and outcome (only with DISPATCHER_METRICS_PER_WEBHOOK=on; "
+    'webhooks beyond DISPATCHER_METRICS_PER_WEBHOOK_LIMIT are counted as webhook="_other").',
     ["webhook", "outcome"],
 )
 ATTEMPT_DURATION = Histogram(
@@ -83,6 +96,18 @@ QUEUE_DUE = Gauge("dispatcher_queue_due_deliveries", "Deliveries due now and not
 QUEUE_OLDEST_AGE = Gauge(
     "dispatcher_queue_oldest_due_age_seconds", "Age of the oldest due, unclaimed delivery."
 )
+QUEUE_HELD = Gauge(
+    "dispatcher_queue_held_deliveries",
+    "Deliveries that wait for their endpoint, not for an engine, by reason: rate_limit (due; "
+    "its rate limit's bucket is being drained), concurrency (due; every slot of the endpoint "
+    "is taken), fifo (waiting for the head of its ordering lane to settle).",
+    ["reason"],
+)
+QUEUE_OLDEST_UNCLAIMED_AGE = Gauge(
+    "dispatcher_queue_oldest_unclaimed_age_seconds",
+    "Age of the oldest due delivery that nothing but an engine holds back (its endpoint has "
+    "room): what no engine claims.",
+)
 CLAIM_BATCH = Histogram(
     "dispatcher_claim_batch_size", "Deliveries claimed per claim statement.", buckets=BATCH_BUCKETS
 )
@@ -104,7 +129,8 @@ ENGINE_LAST_CLAIM = Gauge(
 ENGINE_RUNNING = Gauge("dispatcher_engine_running", "1 while the engine loop runs.")
 READY = Gauge(
     "dispatcher_ready",
-    "1 when the process's periodic readiness self-check passed (database, schema, engine).",
+    "1 when the process's periodic readiness self-check passed: what GET /readyz answers 200 "
+    "to (database, schema, engine, background tasks).",
 )
 DB_POOL_IN_USE = Gauge("dispatcher_db_pool_connections_in_use", "Pool connections in use.")
 DB_POOL_SIZE = Gauge("dispatcher_db_pool_connections", "Pool connections open.")
@@ -164,9 +190,25 @@ def attempt_duration(outcome: str) -> Any:
     return ATTEMPT_DURATION.labels(outcome)
 
 
+# The outcomes of an attempt, and the status classes each can come with.
+OUTCOME_STATUS_CLASSES = {
+    "success": ("2xx",),
+    "http_error": ("1xx", "3xx", "4xx", "5xx"),
+    "timeout": ("none",),
+    "connection_error": ("none",),
+    "blocked": ("none",),
+}
+HELD_REASONS = ("rate_limit", "concurrency", "fifo")
+
+
 def _declare_label_values() -> None:
     """Create the known label values at import, so every series exists from the first scrape
     (an `increase()` over a series that appears at 1 would miss the first event)."""
+    for outcome, classes in OUTCOME_STATUS_CLASSES.items():
+        for status in classes:
+            ATTEMPTS.labels(outcome, status)
+    for reason in HELD_REASONS:
+        QUEUE_HELD.labels(reason)
     for reason in ("exhausted", "gone", "disabled", "expunged"):
         GIVEN_UP.labels(reason)
     for reason in ("failing", "gone"):
@@ -180,6 +222,14 @@ def _declare_label_values() -> None:
 
 
 _declare_label_values()
+
+
+def declare_published(types_by_source: dict[str, Any]) -> None:
+    """Declare `dispatcher_events_published_total` for each source and the event types it
+    publishes (given by the caller: the catalog lives in the domain)."""
+    for source, types in types_by_source.items():
+        for event_type in types:
+            EVENTS_PUBLISHED.labels(source, event_type)
 
 
 def observe_many(histogram: Any, values: list[float]) -> None:
@@ -198,6 +248,45 @@ def observe_many(histogram: Any, values: list[float]) -> None:
     for index, n in counts.items():
         buckets[index].inc(n)
     total.inc(sum(values))
+
+
+# The `webhook` label of the attempts of webhooks beyond DISPATCHER_METRICS_PER_WEBHOOK_LIMIT.
+OTHER_WEBHOOKS = "_other"
+
+
+class WebhookSeries:
+    """Which webhooks have a `dispatcher_webhook_delivery_attempts_total` series of their
+    own: the first `limit` to be attempted (DISPATCHER_METRICS_PER_WEBHOOK_LIMIT); the
+    attempts of any other are counted under `webhook="_other"`, so a scrape stays bounded
+    however many webhooks there are. `forget` drops the series of webhooks deleted since
+    (the monitor asks the database which), freeing their places."""
+
+    def __init__(self, limit: int = 1000) -> None:
+        self.limit = limit
+        self._ids: set[str] = set()
+
+    def inc(self, webhook_id: str, outcome: str, n: int) -> None:
+        if webhook_id not in self._ids:
+            if len(self._ids) >= self.limit:
+                webhook_id = OTHER_WEBHOOKS
+            else:
+                self._ids.add(webhook_id)
+        WEBHOOK_ATTEMPTS.labels(webhook_id, outcome).inc(n)
+
+    def ids(self) -> list[str]:
+        return sorted(self._ids)
+
+    def forget(self, webhook_ids: list[str]) -> None:
+        for webhook_id in webhook_ids:
+            if webhook_id not in self._ids:
+                continue
+            self._ids.discard(webhook_id)
+            for outcome in OUTCOME_STATUS_CLASSES:
+                with contextlib.suppress(KeyError):  # never counted with that outcome
+                    WEBHOOK_ATTEMPTS.remove(webhook_id, outcome)
+
+
+WEBHOOK_SERIES = WebhookSeries()
 
 
 class AttemptTally:
@@ -245,4 +334,4 @@ class AttemptTally:
         observe_many(LAG, lags)
         observe_many(END_TO_END, end_to_end)
         for (webhook_id, outcome), n in webhooks.items():
-            WEBHOOK_ATTEMPTS.labels(webhook_id, outcome).inc(n)
+            WEBHOOK_SERIES.inc(webhook_id, outcome, n)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import structlog
 from aiohttp import web
 
-from dispatcher import monitor, tracing
+from dispatcher import metrics, monitor, tracing
 from dispatcher.api.app import create_app
 from dispatcher.api.connections import ConnectionLimits
 from dispatcher.api.context import SCOPES, Services
@@ -34,11 +34,17 @@ from dispatcher.api.health import ReadinessCheck, starting_app
 from dispatcher.api.metrics import metrics_only_app
 from dispatcher.carrier import SandboxCarrier
 from dispatcher.domain.clock import Clock, SystemClock
-from dispatcher.domain.events import EVENT_TYPES
+from dispatcher.domain.events import (
+    CALL_STATUS_EVENTS,
+    EVENT_TYPES,
+    OPERATIONAL_TYPES,
+    PUBLISHABLE_TYPES,
+    TEST_EVENT,
+)
 from dispatcher.engine.worker import Engine
 from dispatcher.errors import ConfigurationError, DatabaseUnavailable, DispatcherError
 from dispatcher.settings import Settings, redact_url
-from dispatcher.store import operator_sink, schema, workspaces
+from dispatcher.store import operational, operator_sink, schema, workspaces
 from dispatcher.store.database import Database, engine_session
 from dispatcher.store.embedded import start_embedded, stop_embedded
 from dispatcher.store.key_cache import KeyCache
@@ -315,6 +321,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
 
     try:
         tracing.configure()  # from OTEL_*; before the app is made (its request spans)
+        declare_metrics()
         metrics_runner = await start_metrics_port(settings, host)
         # Until the database is reached: alive, not ready, API 503 (see api/health.py).
         starting = web.AppRunner(
@@ -460,7 +467,10 @@ def start_housekeeping(
     """The loops every process runs beside its real work: gauges and partition maintenance.
     `ready` is the process's own readiness, beyond the database's, for `dispatcher_ready`."""
     return [
-        asyncio.create_task(monitor.run(db, clock, ready), name="monitor"),
+        asyncio.create_task(
+            monitor.run(db, clock, ready, default_concurrency=settings.max_concurrency_per_webhook),
+            name="monitor",
+        ),
         asyncio.create_task(
             monitor.maintain(db, clock, settings.retention_days, settings.maintenance_interval),
             name="maintenance",
@@ -474,6 +484,21 @@ async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def declare_metrics() -> None:
+    """Declare the event-type series each source may count, so that they exist at 0 from the
+    first scrape (metrics.py): what the API and the SQL outbox publish, what inbound messages
+    and calls and the carrier make, the test event, the operational events."""
+    metrics.declare_published(
+        {
+            "api": PUBLISHABLE_TYPES,
+            "inbound": {"message.received", *CALL_STATUS_EVENTS.values()},
+            "carrier": {"message.delivered", "message.failed"},
+            "test": {TEST_EVENT},
+            operational.SOURCE: OPERATIONAL_TYPES,
+        }
+    )
 
 
 async def start_metrics_port(settings: Settings, host: str) -> web.AppRunner | None:
@@ -502,6 +527,7 @@ async def work(settings: Settings) -> None:
     stop = stop_signals()
     log.info("dispatcher.worker.start", settings=settings.redacted())
     tracing.configure()
+    declare_metrics()
     metrics_runner = await start_metrics_port(settings, settings.host)
     try:
         # The worker's pool is the engine's: its sessions end when stalled in a transaction.

@@ -83,6 +83,8 @@ class Settings:
     # Observability
     metrics_port: int | None = None
     metrics_per_webhook: bool = False
+    # How many webhooks get a series of their own when it is on (the rest: webhook="_other").
+    metrics_per_webhook_limit: int = 1000
     # The operator sink: every workspace's operational events, also delivered here.
     operator_webhook_url: str | None = None
     operator_webhook_secret: str | None = None
@@ -146,6 +148,8 @@ class Settings:
         read("DISPATCHER_SANDBOX_DELAY", "sandbox_delay", _float_between(0.0, 3600.0))
         read("DISPATCHER_METRICS_PORT", "metrics_port", _port)
         read("DISPATCHER_METRICS_PER_WEBHOOK", "metrics_per_webhook", _on_off)
+        read("DISPATCHER_METRICS_PER_WEBHOOK_LIMIT", "metrics_per_webhook_limit",
+             _int_between(1, 100_000))  # fmt: skip
         read("DISPATCHER_OPERATOR_WEBHOOK_URL", "operator_webhook_url", check_webhook_url)
         _read_secret(env, values)
         values["admin_token"] = _admin_token(env.get(ADMIN_TOKEN_VARIABLE))

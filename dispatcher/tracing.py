@@ -1,16 +1,17 @@
 """OpenTelemetry traces of the API, of publishing and of the engine: optional, free when off.
 
 Installed with the `otel` extra (`pip install 'dispatcher[otel]'`) and switched on by the
-standard variables: an OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`, or
-`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) turns it on; the SDK reads everything else itself
-(`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`, headers,
-timeouts...), and spans leave in batches over OTLP/HTTP (protobuf). Nothing here parses them.
+standard variables: `OTEL_TRACES_EXPORTER` (`otlp`, `console`, `none`, as the SDK documents
+it), or an OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`)
+alone, which means `otlp`; `OTEL_SDK_DISABLED=true` keeps it off. The SDK reads everything
+else itself (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`,
+`OTEL_BSP_*`, headers, timeouts...), and OTLP spans leave in batches over OTLP/HTTP (protobuf).
 
-Off (no extra, no endpoint, `OTEL_SDK_DISABLED=true`), `ENABLED` stays False and every hook in
-the hot paths is one test of it: no span object, no context propagation, not even an import
-of OpenTelemetry (importing it takes a tenth of a second); the API does not even register its
-tracing middleware. On, the spans follow the semantic conventions (docs/operations.md,
-"Tracing"):
+Off (no extra, nothing asked, `none`, `OTEL_SDK_DISABLED=true`), `ENABLED` stays False and
+every hook in the hot paths is one test of it: no span object, no context propagation, not
+even an import of OpenTelemetry (importing it takes a tenth of a second); the API does not
+even register its tracing middleware. On, the spans follow the semantic conventions
+(docs/operations.md, "Tracing"):
 
 - each API request: a SERVER span `{method} {route}`, child of an incoming W3C `traceparent`;
 - `dispatcher.publish` (PRODUCER) around every publish made in Python, whatever the door;
@@ -136,30 +137,80 @@ def _no_parent() -> Context | None:
 # -- switching it on and off -------------------------------------------------------------
 
 
+def trace_exporters(env: Mapping[str, str]) -> list[str]:
+    """The exporters the environment asks for, by OpenTelemetry's rules: `OTEL_TRACES_EXPORTER`,
+    a comma-separated list (`otlp`, `console`, `none`; lower-cased, blanks and repeats
+    dropped), empty when it says `none` or when `OTEL_SDK_DISABLED` is true. Unset (or
+    blank), the SDK's default `otlp` applies only where an OTLP endpoint is set: a process
+    nobody asked to trace does not send spans to a collector that is not there."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return []
+    named = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "").split(",")]
+    named = list(dict.fromkeys(n for n in named if n))
+    if not named:
+        return ["otlp"] if any(env.get(v) for v in ENDPOINT_VARIABLES) else []
+    if "none" in named:
+        return []
+    return named
+
+
+def _console_line(span: Any) -> str:
+    """A finished span as one line of JSON: the process's output stays one JSON object per
+    line (the SDK's own format spans many lines)."""
+    return str(span.to_json(indent=None)) + "\n"
+
+
 def configure() -> bool:
     """Turn tracing on from the OTEL_* environment, when it asks for it; True when on.
 
-    Off when no OTLP endpoint is set, when `OTEL_SDK_DISABLED` is true, and (with a warning)
-    when the `otel` extra is not installed. The service name defaults to `dispatcher` (set
+    The exporters are `trace_exporters`'s: `otlp` (OTLP/HTTP protobuf, to the endpoint the
+    SDK reads from `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`), `console` (each span a JSON line
+    on standard output); one it does not ship (`zipkin`, ...) is named in a warning and left
+    out. Off when none is left, when `OTEL_SDK_DISABLED` is true, and (with a warning) when
+    the `otel` extra is not installed. The service name defaults to `dispatcher` (set
     `OTEL_SERVICE_NAME` or `service.name` in `OTEL_RESOURCE_ATTRIBUTES` to change it).
     """
     global _provider
-    endpoint = next((os.environ[v] for v in ENDPOINT_VARIABLES if os.environ.get(v)), None)
-    if endpoint is None:
+    env = os.environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        if any(env.get(v) for v in ("OTEL_TRACES_EXPORTER", *ENDPOINT_VARIABLES)):
+            log.info("tracing.off", reason="OTEL_SDK_DISABLED is true")
         return False
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        log.info("tracing.off", reason="OTEL_SDK_DISABLED is true")
+    named = trace_exporters(env)
+    if not named:
+        if "none" in env.get("OTEL_TRACES_EXPORTER", "").lower():
+            log.info("tracing.off", reason="OTEL_TRACES_EXPORTER is none")
+        return False
+    unknown = [n for n in named if n not in ("otlp", "console")]
+    if unknown:
+        log.warning(
+            "tracing.exporter_unknown",
+            exporters=unknown,
+            reason="OTEL_TRACES_EXPORTER names exporters this service does not ship",
+            shipped=["otlp", "console", "none"],
+        )
+    named = [n for n in named if n not in unknown]
+    if not named:
         return False
     try:
         from opentelemetry import trace
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SimpleSpanProcessor,
+        )
+
+        exporters: list[Any] = []
+        if "otlp" in named:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporters.append(OTLPSpanExporter())
     except ImportError as exc:
         log.warning(
             "tracing.unavailable",
-            reason=f"an OTLP endpoint is set, but OpenTelemetry is not installed ({exc.name})",
+            reason=f"tracing is asked for, but OpenTelemetry is not installed ({exc.name})",
             fix="pip install 'dispatcher[otel]'",
         )
         return False
@@ -168,13 +219,20 @@ def configure() -> bool:
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
     # No exit hook of the SDK's: `shutdown` flushes, once, where the process stops.
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    if "console" in named:
+        # Written as each span ends: a line is not held back in a batch (a debugging aid).
+        console = ConsoleSpanExporter(formatter=_console_line)
+        provider.add_span_processor(SimpleSpanProcessor(console))
     trace.set_tracer_provider(provider)  # for any other instrumentation in the process
     _provider = provider
     enable(provider)
+    endpoint = next((env[v] for v in ENDPOINT_VARIABLES if env.get(v)), None)
     log.info(
         "tracing.enabled",
-        endpoint=_without_secrets(urlsplit(endpoint)),
+        exporters=named,
+        endpoint=_without_secrets(urlsplit(endpoint)) if endpoint and "otlp" in named else None,
         service=resource.attributes.get(SERVICE_NAME),
         sampler=type(provider.sampler).__name__,
     )

@@ -9,7 +9,12 @@ from dispatcher.api import admin, console, demo, metrics, openapi
 from dispatcher.api.admission import ADMISSION, Admission, admission_middleware
 from dispatcher.api.connections import ConnectionLimits, guard_connections
 from dispatcher.api.context import SERVICES, Services
-from dispatcher.api.http import MAX_BODY_BYTES, errors_middleware, tracing_middleware
+from dispatcher.api.http import (
+    MAX_BODY_BYTES,
+    declare_request_series,
+    errors_middleware,
+    tracing_middleware,
+)
 from dispatcher.api.query import declared_inputs
 
 
@@ -47,6 +52,9 @@ def create_app(
         if table is admin.routes and services.settings.admin_token is None:
             continue
         app.router.add_routes(table)
+        for route in table.declared:
+            # Each route's success series exists at 0 from the first scrape (metrics.py).
+            declare_request_series(route.path, route.method, route.operation.status)
     if demo_receiver is not None:
         app[demo.DEMO_RECEIVER] = demo_receiver
         app.router.add_routes(demo.routes)

@@ -38,6 +38,8 @@ class Services:
     db: Database
     settings: Settings
     clock: Clock
+    # The deployment's instance secret (`instance_secrets`, "cursor"): it keys list cursors,
+    # and the Idempotency-Key fingerprints' key is derived from it (api/idempotency.py).
     cursor_key: bytes
     # Valid keys kept in memory while a listener hears of every key change (store/key_cache.py);
     # None looks every key up.

@@ -72,7 +72,7 @@ async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web
         number_id=body.numberId,
         data=body.data,
         idempotency_key=key_sent,
-        fingerprint=None if key_sent is None else request_fingerprint(raw),
+        fingerprint=None if key_sent is None else request_fingerprint(svc.cursor_key, raw),
         now=svc.clock.now(),
         ordering_key=body.orderingKey,
     )
@@ -121,7 +121,8 @@ async def publish_events(request: web.Request, svc: Services, key: ApiKey) -> we
             fingerprint=None
             if event.idempotencyKey is None
             else request_fingerprint(
-                {name: value for name, value in sent.items() if name != "idempotencyKey"}
+                svc.cursor_key,
+                {name: value for name, value in sent.items() if name != "idempotencyKey"},
             ),
         )
         for event, sent in zip(body.events, raw["events"], strict=True)

@@ -11,7 +11,7 @@ from dispatcher.api.connections import ConnectionLimits, guard_connections
 from dispatcher.api.context import PUBLIC, services
 from dispatcher.api.http import Handler, errors_middleware, json_response
 from dispatcher.api.routing import Routes
-from dispatcher.errors import DatabaseUnavailable, Overloaded
+from dispatcher.errors import DatabaseUnavailable
 from dispatcher.store import schema
 
 routes = Routes()
@@ -28,22 +28,9 @@ async def healthz(request: web.Request) -> web.Response:
 @routes.get("/readyz", PUBLIC, also={503: "not ready"})
 async def readyz(request: web.Request) -> web.Response:
     """Ready for traffic: the database answers with the expected schema, the engine runs.
-
-    Overloaded is ready: when no connection comes free in time (DISPATCHER_POOL_ACQUIRE_TIMEOUT)
-    every one is busy serving, so the database answers, and the schema is the one this process
-    checked before it took traffic. A busy process taken out of rotation would only move its
-    load to the others (docs/configuration.md, "Overload")."""
-    checks: dict[str, bool] = {}
-    try:
-        version = await schema.current_version(services(request).db)
-        checks["database"] = True
-        checks["schema"] = version == schema.SCHEMA_VERSION
-    except Overloaded:
-        checks["database"] = True
-        checks["schema"] = True
-    except Exception:
-        checks["database"] = False
-        checks["schema"] = False
+    The same definition as the `dispatcher_ready` gauge (monitor.py): the database's checks
+    (store/schema.py, `database_checks`; overloaded is ready) and the process's own."""
+    checks = await schema.database_checks(services(request).db)
     for name, probe in request.app.get(ReadinessCheck, []):
         checks[name] = probe()
     ready = all(checks.values())

@@ -186,6 +186,13 @@ def _request_metrics(route: str, method: str, status: int) -> tuple[Any, Any]:
     )
 
 
+def declare_request_series(route: str, method: str, status: int) -> None:
+    """Create a route's request series for its success status before any request: its
+    counter at 0 and its histogram, known in advance (`increase()` cannot see a series'
+    first increment). Other statuses appear with their first answer."""
+    _request_metrics(route, method, status)
+
+
 @web.middleware
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Gives every answer a request id, and every failure the one error shape."""

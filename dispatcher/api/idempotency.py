@@ -1,11 +1,18 @@
 """Idempotency-Key as every door that takes one reads it (POST /v1/events, each event of
 POST /v1/events/batch, POST /v1/messages): the key's shape, the header, and the fingerprint
 that tells the identical request from another. The store keeps the window and the replay rule
-(store/idempotency.py)."""
+(store/idempotency.py).
+
+A fingerprint is keyed (HMAC-SHA-256 under a key derived from the deployment's instance
+secret): it tells two requests apart without being a plain hash of the body, which could be
+brute-forced back to a short secret in it (a phone number) or confirm a guess offline.
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import hmac
 import re
 from typing import Any
 
@@ -36,8 +43,23 @@ def idempotency_key(request: web.Request) -> str | None:
     return key
 
 
-def request_fingerprint(body: dict[str, Any]) -> bytes:
-    """SHA-256 of the body as a JSON value: keys sorted, no white space. Two requests have the
-    same fingerprint when they say the same thing, however their JSON was written (key order,
-    spacing, escapes), and different ones when any value or list order differs."""
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).digest()
+# What the fingerprint key is derived for: the instance secret also keys list cursors, and a
+# key used for two purposes would let one's outputs stand in for the other's.
+FINGERPRINT_KEY_PURPOSE = b"dispatcher/idempotency-fingerprint/v1"
+
+
+@functools.cache
+def fingerprint_key(instance_secret: bytes) -> bytes:
+    """The fingerprints' own key, derived from the deployment's instance secret (the one every
+    replica reads from `instance_secrets`, made once by the first to start): the same on every
+    replica and across restarts, and never stored apart."""
+    return hmac.new(instance_secret, FINGERPRINT_KEY_PURPOSE, hashlib.sha256).digest()
+
+
+def request_fingerprint(instance_secret: bytes, body: dict[str, Any]) -> bytes:
+    """HMAC-SHA-256 of the body as a JSON value (keys sorted, no white space), keyed by
+    `fingerprint_key`. Two requests have the same fingerprint when they say the same thing,
+    however their JSON was written (key order, spacing, escapes), and different ones when any
+    value or list order differs; without the key, a stored fingerprint confirms no guess."""
+    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return hmac.new(fingerprint_key(instance_secret), canonical, hashlib.sha256).digest()

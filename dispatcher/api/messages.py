@@ -64,7 +64,7 @@ async def send_message(request: web.Request, svc: Services, key: ApiKey) -> web.
         now=now,
         carrier_due_at=now + timedelta(seconds=svc.settings.sandbox_delay),
         idempotency_key=key_sent,
-        fingerprint=None if key_sent is None else request_fingerprint(raw),
+        fingerprint=None if key_sent is None else request_fingerprint(svc.cursor_key, raw),
     )
     headers = {} if created else {"Idempotent-Replayed": "true"}
     return json_response(message(row), status=202, headers=headers)

@@ -19,6 +19,11 @@ stand beside or in place of ours) and then by the writer itself (`http1.header_l
 line break can get through). A header that fails either is never sent: the attempt fails,
 recorded, as with a URL that cannot be attempted. `Accept: */*` is sent unless a custom
 header sets Accept.
+
+An answer's excerpt (the attempt log's `responseBody`) is made here, and only here, and never
+keeps what the attempt sent in secret: the signature, the signing secrets and the values of
+the webhook's secret headers are redacted from it (dispatcher.domain.redaction), for a receiver
+that echoes the request's headers.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from dispatcher import __version__
 from dispatcher.domain.addresses import Network, blocked_error, blocked_reason
 from dispatcher.domain.headers import header_problem
 from dispatcher.domain.outcomes import AttemptOutcome
+from dispatcher.domain.redaction import redact, signing_values
 from dispatcher.domain.signing import secret_key, sign
 from dispatcher.domain.urls import InvalidUrl, parse_webhook_url
 from dispatcher.engine import http1
@@ -258,7 +264,9 @@ class Sender:
         return timestamp, sign(keys, delivery_id, timestamp, body)
 
     def headers(self, delivery_id: str, secrets: Sequence[str], body: bytes) -> dict[str, str]:
-        timestamp, signature = self._signed(delivery_id, secrets, body)
+        return self._headers(delivery_id, *self._signed(delivery_id, secrets, body))
+
+    def _headers(self, delivery_id: str, timestamp: int, signature: str) -> dict[str, str]:
         return {
             "Content-Type": FIXED_HEADERS["Content-Type"],
             "User-Agent": USER_AGENT,
@@ -274,13 +282,16 @@ class Sender:
         secrets: Sequence[str],
         body: bytes,
         custom_headers: CustomHeaders = (),
+        secret_values: Sequence[str] = (),
     ) -> Outcome:
         """One attempt: `body` POSTed to `url`, signed with `secrets`, with the webhook's
-        `custom_headers` (name, value) after ours."""
+        `custom_headers` (name, value) after ours; `secret_values` (its secret headers'
+        values) are kept out of the excerpt, with the signature and `secrets`."""
         assert self._client is not None or self._session is not None, "Sender.start() first"
         started = time.perf_counter()
 
         keep = self.excerpt_bytes > 0
+        signature = ""
 
         def done(
             kind: AttemptOutcome,
@@ -290,8 +301,13 @@ class Sender:
             excerpt: bytes | None = None,
         ) -> Outcome:
             elapsed = int((time.perf_counter() - started) * 1000)
-            body = excerpt.decode("utf-8", "replace") if keep and excerpt is not None else None
-            return Outcome(kind, status, elapsed, error, retry_after, body)
+            text = None
+            if keep and excerpt is not None:
+                text = excerpt.decode("utf-8", "replace")
+                if text:
+                    hidden = [*signing_values(signature, secrets), *secret_values]
+                    text = redact(text, hidden, cut_off=len(excerpt) >= self.excerpt_bytes)
+            return Outcome(kind, status, elapsed, error, retry_after, text)
 
         verdict = self._url_verdict(url)
         if verdict is not None:
@@ -300,12 +316,14 @@ class Sender:
             extra = self._extra_lines(custom_headers)
         except InvalidHeader as exc:
             return done(CONNECTION_ERROR, None, f"{UNSENDABLE}: {exc}")
-        if self._client is None:
-            return await self._send_with_aiohttp(
-                url, delivery_id, secrets, body, custom_headers, done
-            )
         try:
             timestamp, signature = self._signed(delivery_id, secrets, body)
+        except Exception:  # a secret that cannot key a signature: still a recorded attempt
+            return done(CONNECTION_ERROR, None, http1.UNEXPECTED)
+        if self._client is None:
+            fields = {**self._headers(delivery_id, timestamp, signature), **dict(custom_headers)}
+            return await self._send_with_aiohttp(url, fields, body, done)
+        try:
             headers = b"webhook-id: %b\r\nwebhook-timestamp: %d\r\nwebhook-signature: %b\r\n%b" % (
                 delivery_id.encode(),
                 timestamp,
@@ -326,17 +344,11 @@ class Sender:
         return _answered(done, status, retry_after, excerpt)
 
     async def _send_with_aiohttp(
-        self,
-        url: str,
-        delivery_id: str,
-        secrets: Sequence[str],
-        body: bytes,
-        custom_headers: CustomHeaders,
-        done: _Finish,
+        self, url: str, headers: dict[str, str], body: bytes, done: _Finish
     ) -> Outcome:
+        # (The custom headers among `headers` were checked by `_extra_lines` already: no
+        # custom name is one of ours.)
         assert self._session is not None
-        # (Checked by `_extra_lines` already: no custom name is one of ours.)
-        headers = {**self.headers(delivery_id, secrets, body), **dict(custom_headers)}
         try:
             async with self._session.post(
                 url, data=body, headers=headers, allow_redirects=False

@@ -105,6 +105,7 @@ class Engine:
         )
         self.listener = Listener(db.url, DELIVERIES_CHANNEL, self.poke) if listen else None
         self._tally = metrics.AttemptTally(settings.metrics_per_webhook)
+        metrics.WEBHOOK_SERIES.limit = settings.metrics_per_webhook_limit
         self._ring = queue.RING_START  # where this engine's round robin over endpoints stands
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._per_webhook: Counter[str] = Counter()
@@ -422,7 +423,10 @@ class Engine:
         self._in_flight[claimed.id] = task
 
     def _webhooks_at_limit(self) -> int:
-        return sum(1 for w, n in self._per_webhook.items() if n >= self._limits.get(w, 1))
+        # Read by a scrape, off the event loop (api/metrics.py): copied first, in one step
+        # the loop cannot interleave with, never iterated while the loop may change it.
+        busy = list(self._per_webhook.items())
+        return sum(1 for w, n in busy if n >= self._limits.get(w, 1))
 
     # -- one attempt ---------------------------------------------------------------------
 
@@ -453,6 +457,7 @@ class Engine:
                     claimed.secrets,
                     claimed.payload,
                     claimed.custom_headers,
+                    claimed.secret_values,
                 )
             except Exception:
                 log.exception("engine.attempt_fault", delivery_id=claimed.id)

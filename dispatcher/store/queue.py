@@ -63,6 +63,7 @@ class SQL(Queries, file="queue.sql"):
     release_held: str
     release_unheld: str
     due_summary: str
+    held_summary: str
     any_due: str
     watch_due: str
 
@@ -89,6 +90,8 @@ class Claimed(NamedTuple):
     trace_context: str | None  # the publishing span's W3C traceparent (dispatcher.tracing)
     # The webhook's custom headers, secret ones included (name, value): sent with the attempt.
     custom_headers: tuple[tuple[str, str], ...] = ()
+    # The values among them that are secret (`secretHeaders`): kept out of the attempt log.
+    secret_values: tuple[str, ...] = ()
     in_lane: bool = False  # the head of an ordering lane: its settling moves the lane on
 
 
@@ -181,6 +184,7 @@ def _claimed(row: Record, now: datetime) -> Claimed:
         event_id=row["event_id"],
         trace_context=row["trace_context"],
         custom_headers=tuple(row["custom_headers"].items()),
+        secret_values=tuple(row["secret_headers"].values()),
         in_lane=row["in_lane"],
     )
 
@@ -444,6 +448,37 @@ async def due_summary(db: Database, now: datetime) -> tuple[int, float]:
     assert row is not None
     oldest = row["oldest"]
     return int(row["n"]), 0.0 if oldest is None else max((now - oldest).total_seconds(), 0.0)
+
+
+# How many endpoints with queued rows the held-work gauges look at (in id order), at most.
+HELD_ENDPOINTS_CAP = 50_000
+
+
+class Held(NamedTuple):
+    """What waits for its endpoint rather than for an engine (the monitor's gauges)."""
+
+    rows: dict[str, int]  # due rows held back, by reason: rate_limit, concurrency, fifo
+    oldest_unclaimed: float  # seconds: the oldest due row nothing but an engine holds back
+
+
+async def held_summary(db: Database, now: datetime, default_concurrency: int) -> Held:
+    """What waits for an endpoint's rate limit, concurrency limit or ordering lane, apart
+    from what no engine claims (queue.sql, held_summary): one descent per endpoint with
+    queued rows, up to HELD_ENDPOINTS_CAP endpoints, and up to DUE_COUNT_CAP rows each."""
+    async with db.acquire() as conn:
+        found = await conn.fetch(
+            SQL.held_summary, now, HELD_ENDPOINTS_CAP, default_concurrency, DUE_COUNT_CAP
+        )
+    rows = {reason: 0 for reason in ("rate_limit", "concurrency", "fifo")}
+    oldest_unclaimed = 0.0
+    for row in found:
+        if row["reason"] is None:
+            oldest = row["oldest"]
+            if oldest is not None:
+                oldest_unclaimed = max((now - oldest).total_seconds(), 0.0)
+        else:
+            rows[row["reason"]] = int(row["rows"] or 0)
+    return Held(rows, oldest_unclaimed)
 
 
 async def any_due(db: Database, now: datetime) -> bool:

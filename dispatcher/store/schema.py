@@ -35,7 +35,7 @@ from pathlib import Path
 import asyncpg
 import structlog
 
-from dispatcher.errors import DispatcherError
+from dispatcher.errors import DispatcherError, Overloaded
 from dispatcher.store.database import (
     DRIVER_ERRORS,
     Connection,
@@ -322,6 +322,25 @@ async def _close(conn: Connection) -> None:
 async def apply_schema(db: Database) -> int:
     """Bring the database to SCHEMA_VERSION (see `upgrade`); returns the version now."""
     return (await upgrade(db)).after
+
+
+async def database_checks(db: Database) -> dict[str, bool]:
+    """The database's part of readiness, the one definition `/readyz` and `dispatcher_ready`
+    share: `database` (it answers) and `schema` (at the version this release runs).
+
+    Overloaded is ready: when no connection comes free in time (DISPATCHER_POOL_ACQUIRE_TIMEOUT)
+    every one is busy serving, so the database answers, and the schema is the one this
+    process checked before it took traffic. A busy process taken out of rotation would only
+    move its load to the others (docs/configuration.md, "Overload"). The statement reads only
+    the schema's own table: a long lock on another table (the queue's) does not make a
+    process unready."""
+    try:
+        version = await current_version(db)
+    except Overloaded:
+        return {"database": True, "schema": True}
+    except Exception:
+        return {"database": False, "schema": False}
+    return {"database": True, "schema": version == SCHEMA_VERSION}
 
 
 async def current_version(db: Database) -> int | None:

@@ -20,6 +20,7 @@ from dispatcher.store.rows import LockedWebhookRow, WebhookRow, as_row, fetch_ro
 
 
 class SQL(Queries, file="webhooks.sql"):
+    gone: str
     create: str
     webhook: str
     exists: str
@@ -316,3 +317,10 @@ async def filter_matches(
             None if payload_filter is None else dict(payload_filter),
         )
     return None if row is None else bool(row["matches"])
+
+
+async def gone(db: Database, webhook_ids: list[str]) -> list[str]:
+    """Those of `webhook_ids` deleted (or never there)."""
+    async with db.acquire() as conn:
+        rows = await conn.fetch(SQL.gone, webhook_ids)
+    return [row["id"] for row in rows]

@@ -309,3 +309,54 @@ async def test_expunging_a_message_erases_its_text_where_it_was_carried(
     for text in (b"1 Main St", b"call me on 555", b"not yet sent"):
         assert text not in bodies
     assert b"keep me" in bodies
+
+
+async def test_an_expunge_leaves_no_fingerprint_and_no_ordering_key(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    """What an expunge erased cannot be confirmed through the idempotency replay: after it,
+    any request under the event's (or the message's) key replays the erased answer (202), the
+    true one as a wrong guess, and no fingerprint is left to brute-force. The ordering key
+    goes too (it may be personal: a customer's id)."""
+    guesses = ("+15555550199", "+15555550100")
+    body = {"type": "contact.updated", "data": {"id": "CT1", "phone": guesses[0]},
+            "orderingKey": "cu-7"}  # fmt: skip
+    headers = {**ws.headers, "Idempotency-Key": "expunged-1"}
+    resp = await client.post("/v1/events", json=body, headers=headers)
+    assert resp.status == 202, await resp.text()
+    event = await get_json(client, ws, f"/v1/events/{(await resp.json())['id']}")
+    assert event["orderingKey"] == "cu-7"
+    send_headers = {**ws.headers, "Idempotency-Key": "expunged-2"}
+    msg_body = {"from": ws.number, "to": "+15555550199", "text": "your code is 1234"}
+    msg = await (await client.post("/v1/messages", json=msg_body, headers=send_headers)).json()
+    # Before the expunge, a wrong guess is told apart from the true request: 422.
+    wrong = {**body, "data": {"id": "CT1", "phone": guesses[1]}}
+    assert (await client.post("/v1/events", json=wrong, headers=headers)).status == 422
+
+    erased = await expunge(client, ws, f"/v1/events/{event['id']}")
+    assert erased["orderingKey"] is None
+    assert (await get_json(client, ws, f"/v1/events/{event['id']}"))["orderingKey"] is None
+    listed = (await get_json(client, ws, "/v1/events"))["data"]
+    assert [e["orderingKey"] for e in listed if e["id"] == event["id"]] == [None]
+    await expunge(client, ws, f"/v1/messages/{msg['id']}")
+    async with db.acquire() as conn:
+        left = await conn.fetchrow(
+            "SELECT (SELECT count(*) FROM events WHERE request_fingerprint IS NOT NULL"
+            "        OR ordering_key IS NOT NULL) AS events,"
+            " (SELECT count(*) FROM messages WHERE request_fingerprint IS NOT NULL) AS messages"
+        )
+    assert left is not None and (left["events"], left["messages"]) == (0, 0)
+
+    for phone in guesses:
+        guess = {**body, "data": {"id": "CT1", "phone": phone}}
+        resp = await client.post("/v1/events", json=guess, headers=headers)
+        assert resp.status == 202, phone
+        assert resp.headers.get("Idempotent-Replayed") == "true"
+        assert (await resp.json())["data"] is None
+        text_guess = {**msg_body, "to": phone}
+        resp = await client.post("/v1/messages", json=text_guess, headers=send_headers)
+        assert resp.status == 202, phone
+        assert (await resp.json())["text"] is None
+    async with db.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM events") == 1
+        assert await conn.fetchval("SELECT count(*) FROM messages") == 1

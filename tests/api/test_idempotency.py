@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 
+from dispatcher.api.idempotency import request_fingerprint
 from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database
 from tests.conftest import Workspace
@@ -247,3 +250,48 @@ async def test_a_send_key_must_be_visible_ascii_and_sent_once(
     resp = await client.post("/v1/messages", json=body, headers=headers)
     assert resp.status == 400
     assert await messages_stored(db) == 0
+
+
+# -- Keyed fingerprints: a stored fingerprint confirms no guess without the deployment's key --
+
+
+async def stored_fingerprints(db: Database) -> list[bytes]:
+    async with db.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT request_fingerprint AS f FROM events WHERE request_fingerprint IS NOT NULL"
+            " UNION ALL"
+            " SELECT request_fingerprint FROM messages WHERE request_fingerprint IS NOT NULL"
+        )
+    return [bytes(row["f"]) for row in rows]
+
+
+async def test_fingerprints_are_keyed_by_the_deployment(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    """What is stored is no plain hash of the request (which a guess of its content, such as
+    a phone number, would match offline), for every door that takes a key; the identical
+    request still replays, whichever door published it first."""
+    assert (await post(client, ws, FIRST, "keyed-1")).status == 202
+    batch = {"events": [{**orjson.loads(FIRST), "idempotencyKey": "keyed-2"}]}
+    resp = await client.post("/v1/events/batch", json=batch, headers=ws.headers)
+    assert resp.status == 202, await resp.text()
+    assert (await send(client, ws, "keyed-3")).status == 202
+    plain = {
+        hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).digest()
+        for body in (
+            orjson.loads(FIRST),
+            {"from": ws.number, "to": "+15555550123", "text": "hello"},
+        )
+    }
+    stored = await stored_fingerprints(db)
+    assert len(stored) == 3
+    assert not plain & set(stored), "a fingerprint is the body's plain SHA-256"
+    again = await post(client, ws, FIRST, "keyed-2")
+    assert again.headers.get("Idempotent-Replayed") == "true"
+
+
+def test_another_deployment_keys_its_fingerprints_otherwise() -> None:
+    body = {"type": "contact.updated", "data": {"phone": "+15555550199"}}
+    one, other = b"\x01" * 32, b"\x02" * 32
+    assert request_fingerprint(one, body) == request_fingerprint(one, dict(reversed(body.items())))
+    assert request_fingerprint(one, body) != request_fingerprint(other, body)

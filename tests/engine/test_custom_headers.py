@@ -5,8 +5,10 @@ that breaks a rule is never sent, its attempt recorded as failed."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import orjson
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 from standardwebhooks.webhooks import Webhook
 
@@ -136,3 +138,75 @@ async def test_a_header_stored_past_the_api_is_never_sent(
         assert error.startswith("the webhook's custom headers cannot be sent: "), error
         assert reason in error and "s3cr3t" not in error and "forged" not in error
     assert receiver.requests == []
+
+
+# -- Echoed secrets stay out of the attempt log --------------------------------------------
+
+ECHOED_SECRETS = {"Authorization": "Bearer tok/en+v4lue==", "X-Api-Key": "k3y-3ch0ed/secret"}
+
+
+def echo(form: str, secret: list[str]) -> Any:
+    """A receiver that answers 500 with the request's headers in its body, written as `form`
+    says: as lines, as JSON (slashes escaped or not), as a query string; `cut` puts a secret
+    header's value at the very end of a 1024-byte excerpt, cut off after 5 characters;
+    `careless` echoes the signing secret itself (`secret[0]`)."""
+
+    async def respond(request: web.Request) -> web.StreamResponse:
+        headers = {str(name): value for name, value in request.headers.items()}
+        if form == "lines":
+            body = "".join(f"{name}: {value}\n" for name, value in headers.items()).encode()
+        elif form == "json":
+            body = orjson.dumps({"headers": headers})
+        elif form == "json-slashes":
+            body = orjson.dumps({"headers": headers}).replace(b"/", b"\\/")
+        elif form == "query":
+            body = urlencode(headers).encode()
+        elif form == "cut":
+            body = b"x" * (1024 - 5) + headers["X-Api-Key"].encode() + b" and more"
+        else:
+            body = f"my secret is {secret[0]}, signature {headers['webhook-signature']}".encode()
+        return web.Response(status=500, body=body)
+
+    return respond
+
+
+async def test_secrets_echoed_by_a_receiver_are_redacted_from_the_attempt_log(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    receiver: Receiver,
+    make_engine: EngineFactory,
+) -> None:
+    """A receiver echoing the request's headers, in any of the forms echoes take: the
+    attempt's `responseBody` keeps the rest of the answer and none of the secret header
+    values, the signature or the signing secret (what read-only keys and the console see).
+    Headers that are not secret stay as they were echoed."""
+    forms = ["lines", "json", "json-slashes", "query", "cut", "careless"]
+    hooks = {}
+    secret: list[str] = []
+    for form in forms:
+        receiver.behaviours[f"/{form}"] = echo(form, secret)
+        hooks[form] = await subscribe(
+            client, ws, receiver.url(f"/{form}"), headers={"X-Tenant": "acme"},
+            secretHeaders=ECHOED_SECRETS,
+        )  # fmt: skip
+    secret.append(hooks["careless"]["secret"])
+    await publish(client, ws)
+    await make_engine()
+    for form in forms:
+        hook = hooks[form]
+        delivery = await attempted(client, ws, hook["id"])
+        path = f"/v1/webhooks/{hook['id']}/deliveries/{delivery['id']}/attempts"
+        (attempt,) = (await get_json(client, ws, path))["data"]
+        kept = attempt["responseBody"]
+        (sent,) = receiver.at(f"/{form}")
+        signature = sent.headers["webhook-signature"]
+        assert "[redacted]" in kept, (form, kept)
+        for value in (*ECHOED_SECRETS.values(), signature, signature.partition(",")[2],
+                      hook["secret"], hook["secret"].removeprefix("whsec_")):  # fmt: skip
+            for shown in (value, value.replace("/", "\\/"), quote(value, safe="")):
+                assert shown not in kept, (form, shown, kept)
+        if form == "cut":
+            assert kept == "x" * (1024 - 5) + "[redacted]", kept
+            assert "k3y-3" not in kept
+        elif form != "careless":
+            assert "acme" in kept and delivery["id"] in kept, (form, kept)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import uvloop
+from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestClient
 
@@ -828,3 +829,32 @@ def test_messages_are_those_of_the_docs() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "delivery.md").read_text()
     for message in (http1.REFUSED, http1.CERTIFICATE, http1.INVALID, http1.CLOSED):
         assert f"`{message}`" in docs, message
+
+
+@pytest.mark.parametrize("client", ["lean", "aiohttp"])
+async def test_an_echoed_secret_never_reaches_the_excerpt(client: str, receiver: Receiver) -> None:
+    """Whichever client sends: the excerpt of an answer echoing the request's headers keeps
+    the rest and none of what was sent in secret (signature, signing secrets, secret header
+    values), but only redacts what was secret."""
+    from aiohttp import web
+
+    async def echo(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="".join(f"{k}: {v}\n" for k, v in request.headers.items()))
+
+    receiver.behaviours["/echo"] = echo
+    options: dict[str, Any] = {"trace_configs": [_aiohttp()]} if client == "aiohttp" else {}
+    previous = "whsec_" + "QUJD" * 8
+    async with lean(excerpt_bytes=4096, **options) as sender:
+        outcome = await sender.send(
+            receiver.url("/echo"), "WD1", [SECRET, previous], BODY,
+            [("X-Tenant", "acme"), ("Authorization", "Bearer s3cr3t-value")],
+            ["Bearer s3cr3t-value"],
+        )  # fmt: skip
+    assert outcome.succeeded and outcome.response_body is not None
+    (request,) = receiver.at("/echo")
+    kept = outcome.response_body
+    assert "X-Tenant: acme" in kept and "webhook-id: WD1" in kept
+    assert "Authorization: [redacted]" in kept
+    assert "webhook-signature: [redacted]" in kept
+    assert request.headers["webhook-signature"] not in kept
+    assert "s3cr3t" not in kept

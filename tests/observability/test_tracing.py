@@ -8,9 +8,12 @@ real, on loopback, against real Postgres.
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -396,3 +399,108 @@ def test_otel_sdk_disabled_keeps_it_off() -> None:
         OTEL_SDK_DISABLED="true",
     )
     assert done.returncode == 0, done.stderr
+
+
+# -- OTEL_TRACES_EXPORTER, as the SDK documents it ------------------------------------------
+
+# A process that traces one publish-like span and stops (flushing what is buffered).
+ONE_SPAN = (
+    "from dispatcher import log, tracing\n"
+    "log.configure('json', 'info')\n"
+    "on = tracing.configure()\n"
+    "print('configured', on, flush=True)\n"
+    "if on:\n"
+    "    with tracing.publishing('api', 'contact.updated'):\n"
+    "        pass\n"
+    "tracing.shutdown()\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, []),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, ["otlp"]),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://x"}, ["otlp"]),
+        ({"OTEL_TRACES_EXPORTER": "console"}, ["console"]),
+        ({"OTEL_TRACES_EXPORTER": " Console , OTLP,console"}, ["console", "otlp"]),
+        ({"OTEL_TRACES_EXPORTER": "otlp"}, ["otlp"]),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, []),
+        ({"OTEL_TRACES_EXPORTER": "console,none"}, []),
+        ({"OTEL_TRACES_EXPORTER": "", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, ["otlp"]),
+        ({"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "TRUE"}, []),
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, ["zipkin"]),
+    ],
+)
+def test_the_exporters_the_environment_names(env: dict[str, str], expected: list[str]) -> None:
+    assert tracing.trace_exporters(env) == expected
+
+
+def test_console_prints_each_span_as_a_json_line() -> None:
+    """`OTEL_TRACES_EXPORTER=console`: no collector needed; every span is one line of JSON on
+    standard output, named by OTEL_SERVICE_NAME, among the log's lines (each one JSON too)."""
+    done = run_python(ONE_SPAN, OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="svc-a")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "configured True" in lines, done.stdout
+    spans = []
+    for line in lines:
+        if line == "configured True":
+            continue
+        record = json.loads(line)  # every other line is one JSON object
+        if "context" in record and "name" in record:
+            spans.append(record)
+    assert [span["name"] for span in spans] == ["dispatcher.publish"], done.stdout
+    assert spans[0]["resource"]["attributes"]["service.name"] == "svc-a"
+
+
+class Collector:
+    """An OTLP/HTTP collector on loopback (a thread: the tests wait on a child process),
+    keeping the path of every POST."""
+
+    def __init__(self) -> None:
+        posts: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # (the stdlib's name)
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                posts.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.posts = posts
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+
+@pytest.fixture
+def otlp_collector() -> Iterator[Collector]:
+    collector = Collector()
+    collector.thread.start()
+    yield collector
+    collector.server.shutdown()
+    collector.server.server_close()
+
+
+def test_none_exports_nothing_even_with_an_endpoint(otlp_collector: Collector) -> None:
+    """`none` wins over an endpoint: no span reaches the collector (which receives them with
+    `otlp`, the control), and OpenTelemetry is not even imported."""
+    url = otlp_collector.url
+    done = run_python(ONE_SPAN, OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=url)
+    assert done.returncode == 0, done.stderr
+    assert "configured True" in done.stdout
+    assert otlp_collector.posts, "the control: with otlp, the collector receives the span"
+    otlp_collector.posts.clear()
+    done = run_python(
+        ONE_SPAN + "import sys\nassert not [m for m in sys.modules if 'opentelemetry' in m]\n",
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_EXPORTER_OTLP_ENDPOINT=url,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "configured False" in done.stdout
+    assert otlp_collector.posts == []

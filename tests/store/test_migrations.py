@@ -231,3 +231,42 @@ async def test_a_migration_gives_up_on_locks_it_cannot_take(new_database: NewDat
         await reader.close()
     assert done.before == 1 and done.after == schema.SCHEMA_VERSION
     assert await versions(url) == list(range(1, schema.SCHEMA_VERSION + 1))
+
+
+async def test_schema_19_drops_the_plain_fingerprints_and_what_expunges_left(
+    new_database: NewDatabase,
+) -> None:
+    """Fingerprints stored before schema 18 were a plain SHA-256 of the request (a guess of
+    its content matched them offline): 0018 erases them, and the ordering keys of events
+    expunged before it, and leaves every other ordering key."""
+    url = await new_database()
+    await migrate(url)
+    conn = await asyncpg.connect(url)
+    try:
+        workspace = await conn.fetchval(
+            "INSERT INTO workspaces (id, name) VALUES ('WS1', 'w') RETURNING id"
+        )
+        for event_id, fingerprint, key, expunged in (
+            ("EV1", b"plain", "kept", False),
+            ("EV2", b"plain", "erased", True),
+            ("EV3", None, "also erased", True),
+        ):
+            await conn.execute(
+                "INSERT INTO events (id, workspace_id, type, source, payload, created_at,"
+                " request_fingerprint, ordering_key, expunged_at)"
+                " VALUES ($1, $2, 'contact.updated', 'api', '{}', now(), $3, $4,"
+                "         CASE WHEN $5 THEN now() END)",
+                event_id, workspace, fingerprint, key, expunged,
+            )  # fmt: skip
+        migration = next(m for m in schema.load().migrations if m.version == 19)
+        await conn.execute(migration.sql)
+        rows = await conn.fetch(
+            "SELECT id, request_fingerprint, ordering_key FROM events ORDER BY id"
+        )
+    finally:
+        await conn.close()
+    assert [tuple(row) for row in rows] == [
+        ("EV1", None, "kept"),
+        ("EV2", None, None),
+        ("EV3", None, None),
+    ]

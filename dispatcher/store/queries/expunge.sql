@@ -14,10 +14,15 @@ SELECT pg_advisory_xact_lock_shared(hashtext('dispatcher_expunge'), hashtext($1)
 
 -- name: erase_event
 -- Erase event $2 of workspace $1 (not a test event): its payload becomes its envelope with
--- `"data":null`, which is all an attempt could send from now on; expunged at $3 unless it
--- was already. Returns it as events.sql's `event` does.
+-- `"data":null`, which is all an attempt could send from now on; its request fingerprint goes
+-- (a replay under its Idempotency-Key then answers the erased envelope whatever the request,
+-- confirming no guess of the data), and its ordering key (every delivery still in a lane
+-- holds a copy: delivery_queue.lane); expunged at $3 unless it was already. Returns it as
+-- events.sql's `event` does.
 UPDATE events
 SET payload = dispatcher_envelope(id, type, created_at, 'null'::json),
+    request_fingerprint = NULL,
+    ordering_key = NULL,
     expunged_at = coalesce(expunged_at, $3)
 WHERE workspace_id = $1 AND id = $2 AND type <> 'webhook.test'
 RETURNING id, type, payload, created_at, expunged_at IS NOT NULL AS expunged, ordering_key
@@ -71,9 +76,10 @@ UPDATE delivery_attempts SET response_body = NULL
 WHERE delivery_id = ANY($1::text[]) AND delivery_created_at = $2 AND response_body IS NOT NULL
 
 -- name: erase_message_text
--- Erase the text of message $2 of workspace $1, expunged at $3 unless it was already; returns
--- it as messages.sql's `message` does.
-UPDATE messages SET text = NULL, expunged_at = coalesce(expunged_at, $3)
+-- Erase the text of message $2 of workspace $1, and its request fingerprint (as an event's),
+-- expunged at $3 unless it was already; returns it as messages.sql's `message` does.
+UPDATE messages
+SET text = NULL, request_fingerprint = NULL, expunged_at = coalesce(expunged_at, $3)
 WHERE workspace_id = $1 AND id = $2
 RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
           media, status, created_at, expunged_at IS NOT NULL AS expunged
@@ -91,8 +97,10 @@ WHERE workspace_id = $1 AND created_at >= $3 AND type = ANY($4::text[])
 
 -- name: rewrite_event_data
 -- Give events $1 (created at $2) the data $3 (JSON text, one per event) in their envelopes,
--- unless expunged meanwhile (an expunge's `"data":null` is never undone).
+-- unless expunged meanwhile (an expunge's `"data":null` is never undone); a fingerprint of
+-- the request that published one (it held the text) goes with it.
 UPDATE events e
-SET payload = dispatcher_envelope(e.id, e.type, e.created_at, new.data)
+SET payload = dispatcher_envelope(e.id, e.type, e.created_at, new.data),
+    request_fingerprint = NULL
 FROM unnest($1::text[], $2::timestamptz[], $3::json[]) AS new (id, created_at, data)
 WHERE e.id = new.id AND e.created_at = new.created_at AND e.expunged_at IS NULL

@@ -272,7 +272,7 @@ WITH finishing AS (
               e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
               w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
               q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
-              q.lane IS NOT NULL AS in_lane, ranked.deal, ranked.ring_pos
+              w.secret_headers, q.lane IS NOT NULL AS in_lane, ranked.deal, ranked.ring_pos
 )
 -- Every leased row, with where the ring ended; one row of NULLs but those when none was.
 SELECT leased.*, ring_end.webhook_id AS ring_end, ring_end.visited
@@ -476,6 +476,55 @@ UPDATE delivery_queue SET lease_owner = NULL, due_at = $2 WHERE lease_owner = $1
 SELECT count(*) AS n, min(due_at) AS oldest FROM (
     SELECT due_at FROM delivery_queue WHERE due_at <= $1
     ORDER BY due_at LIMIT $2) due
+
+-- name: held_summary
+-- What waits for its endpoint rather than for an engine, at $1: for each endpoint with queued
+-- rows (a loose scan of delivery_queue_webhook, one descent per endpoint, at most $2 of them,
+-- in id order), its oldest due time when it has due work, and why no engine may take that
+-- work now: 'rate_limit' when its bucket was taken from within the last second (engines are
+-- draining it at its rate; a bucket left untouched longer means nobody claims), else
+-- 'concurrency' when every slot is leased, else NULL (an engine would claim it). Returns, per
+-- reason (NULL: none), how many endpoints, their due rows (counted up to $4 per endpoint)
+-- and the oldest due time; plus one row 'fifo': the rows parked behind their lane's head
+-- (up to $4). $3: the concurrency of an endpoint without max_concurrency.
+WITH RECURSIVE ring (webhook_id, first_due, n) AS (
+    (SELECT q.webhook_id, q.due_at, 1 FROM delivery_queue q
+     ORDER BY q.webhook_id, q.due_at LIMIT 1)
+    UNION ALL
+    SELECT next.webhook_id, next.due_at, ring.n + 1
+    FROM ring
+    CROSS JOIN LATERAL (
+        SELECT q.webhook_id, q.due_at FROM delivery_queue q
+        WHERE q.webhook_id > ring.webhook_id
+        ORDER BY q.webhook_id, q.due_at LIMIT 1
+    ) next
+    WHERE ring.n < $2
+), judged AS (
+    SELECT v.webhook_id, v.first_due,
+           CASE WHEN EXISTS (SELECT 1 FROM webhook_rates r
+                             WHERE r.webhook_id = v.webhook_id
+                               AND r.ready_at > $1::timestamptz - interval '1 second')
+                     AND w.rate_limit IS NOT NULL THEN 'rate_limit'
+                WHEN (SELECT count(*) FROM delivery_queue l
+                      WHERE l.webhook_id = v.webhook_id AND l.lease_owner IS NOT NULL)
+                     >= coalesce(w.max_concurrency, $3) THEN 'concurrency'
+           END AS reason
+    FROM ring v
+    LEFT JOIN webhooks w ON w.id = v.webhook_id
+    WHERE v.first_due <= $1
+)
+SELECT j.reason, count(*) AS endpoints, min(j.first_due) AS oldest,
+       sum(CASE WHEN j.reason IS NULL THEN 0 ELSE (
+           SELECT count(*) FROM (SELECT 1 FROM delivery_queue m
+                                 WHERE m.webhook_id = j.webhook_id AND m.due_at <= $1
+                                 LIMIT $4) c) END) AS rows
+FROM judged j
+GROUP BY j.reason
+UNION ALL
+SELECT 'fifo', NULL, NULL, count(*) FROM (
+    SELECT 1 FROM delivery_queue p
+    WHERE p.due_at = 'infinity' AND p.lease_owner IS NULL AND p.lane IS NOT NULL
+    LIMIT $4) parked
 
 -- name: any_due
 -- Whether any unleased row is due at $1, reading one index entry: the probe an idle engine sends

@@ -174,3 +174,8 @@ SELECT dispatcher_filter_passes(
            NULL) AS matches
 FROM webhooks
 WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
+
+-- name: gone
+-- Of webhook ids $1, those deleted, or not there at all (the metrics free their series).
+SELECT x.id FROM unnest($1::text[]) AS x (id)
+WHERE NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = x.id AND w.deleted_at IS NULL)
