@@ -258,7 +258,7 @@ async def test_schema_19_drops_the_plain_fingerprints_and_what_expunges_left(
                 "         CASE WHEN $5 THEN now() END)",
                 event_id, workspace, fingerprint, key, expunged,
             )  # fmt: skip
-        migration = next(m for m in schema.load().migrations if m.version == 19)
+        migration = next(m for m in schema.load().migrations if m.version == 18)
         await conn.execute(migration.sql)
         rows = await conn.fetch(
             "SELECT id, request_fingerprint, ordering_key FROM events ORDER BY id"
