@@ -75,23 +75,18 @@ REF_TEMPLATE = "#/components/schemas/{model}"
 ERROR = "Error"
 JSON_VALUE = "JsonValue"
 # Any JSON value a body may carry (an event's data, a filter): the body parser (api/http.py)
-# refuses NUL in every string and every key.
+# refuses NUL in every string and every key. Written without `type` or `anyOf`: each keyword
+# applies to the values of its kind only (`pattern` to strings, `items` to arrays, ...), so
+# generators that cannot read a recursive union (openapi-python-client) read it as any value.
 JSON_VALUE_SCHEMA: dict[str, Any] = {
     "title": JSON_VALUE,
     "description": "any JSON value; no string or key holds NUL (\\u0000)",
-    "anyOf": [
-        {"type": "string", "pattern": NO_NUL_PATTERN},
-        {"type": "number"},
-        {"type": "boolean"},
-        {"type": "null"},
-        {"type": "array", "items": {"$ref": JSON_VALUE_REF}},
-        {
-            "type": "object",
-            "propertyNames": {"pattern": NO_NUL_PATTERN},
-            "additionalProperties": {"$ref": JSON_VALUE_REF},
-        },
-    ],
+    "pattern": NO_NUL_PATTERN,
+    "items": {"$ref": JSON_VALUE_REF},
+    "propertyNames": {"pattern": NO_NUL_PATTERN},
+    "additionalProperties": {"$ref": JSON_VALUE_REF},
 }
+
 
 # The refusals, by status; every route may answer those in ALWAYS, a keyed route those in KEYED
 # too, and a route declares any other it may give (`errors=` in its declaration).
