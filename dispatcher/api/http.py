@@ -606,6 +606,8 @@ def _field_error(root: str, err: Any, brackets: bool = False) -> FieldError:
         message = "unknown field"
     elif kind == "missing":
         message = "field required"
+    elif err.get("input", ...) is None and len(err["loc"]) == 1:
+        message = "must not be null"  # a field (of the body itself) that may not be null
     else:
         message = str(err["msg"]).removeprefix("Value error, ")
     return FieldError(path, message)

@@ -2,30 +2,79 @@
 
 Strict types (no coercion), unknown fields refused. An enumeration field is not strict: in
 Python mode, strict pydantic takes only enum members, and bodies arrive as JSON strings.
+
+The document (api/openapi.py) is as strict as these models: a rule a validator enforces
+(`AfterValidator`) is stated beside it for JSON Schema (`documented`), from the same domain
+constant, so that generated clients and fuzzers send only what the server takes. What no
+schema can say (a number the workspace owns, a rule across two fields) is in the field's
+`description`. A PATCH field that may not be null is `MISSING` when absent (pydantic's
+sentinel): it is optional in the document without being nullable.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 from pydantic import (
+    MISSING,
     AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
+    WithJsonSchema,
     field_validator,
 )
 
 from dispatcher.api.idempotency import IDEMPOTENCY_KEY_PROBLEM, IDEMPOTENCY_KEY_SHAPE
+from dispatcher.domain import headers, ids
 from dispatcher.domain.enums import CallStatus, ConversationStatus, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, OPERATIONAL_TYPES, PUBLISHABLE_TYPES
 from dispatcher.domain.json_values import json_problem
-from dispatcher.domain.payload_filter import filter_problem
-from dispatcher.domain.phone import is_e164
-from dispatcher.domain.text import BLANK, is_blank, is_control, name_problem
-from dispatcher.domain.urls import check_webhook_url
+from dispatcher.domain.payload_filter import MAX_FILTER_BYTES, filter_problem
+from dispatcher.domain.phone import E164_PATTERN, is_e164
+from dispatcher.domain.text import (
+    BLANK,
+    NO_NUL_PATTERN,
+    is_blank,
+    is_control,
+    name_pattern,
+    name_problem,
+    no_control_pattern,
+    unprintable_class,
+    visible_text_pattern,
+)
+from dispatcher.domain.urls import check_webhook_url, url_pattern
+
+# The document's name for any JSON value a body may carry (api/openapi.py defines it).
+JSON_VALUE_REF = "#/components/schemas/JsonValue"
+
+
+def documented(pattern: str | Callable[[], str] | None = None, **facts: Any) -> Any:
+    """The JSON Schema facts of a rule a validator enforces: `pattern` (a callable is called
+    when the document is built, not at import) and any other keywords."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        if pattern is not None:
+            schema["pattern"] = pattern() if callable(pattern) else pattern
+        schema.update(facts)
+
+    return Field(json_schema_extra=extra)
+
+
+def _json_object(**facts: Any) -> WithJsonSchema:
+    """A JSON object of any JSON values (strings without NUL, the body parser's rule)."""
+    return WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": {"pattern": NO_NUL_PATTERN},
+            "additionalProperties": {"$ref": JSON_VALUE_REF},
+            **facts,
+        },
+        mode="validation",
+    )
 
 
 def _e164(value: str) -> str:
@@ -51,10 +100,12 @@ def _optional_name(value: OptionalText) -> OptionalText:
     return value
 
 
-# RFC 6838 type/subtype names, optionally with `; name=value` parameters.
+# RFC 6838 type/subtype names, optionally with `; name=value` parameters (around the `;`,
+# RFC 9110's optional white space: spaces and tabs). Written so that it is also an ECMA-262
+# pattern (no `\s`, no escaped quote), as the document states it.
 _MEDIA_TYPE = re.compile(
     r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
-    r"(?:\s*;\s*[A-Za-z0-9!#$&^_.+-]+=(?:[A-Za-z0-9!#$&^_.+-]+|\"[^\"\\\x00-\x1f]*\"))*"
+    r'(?:[ \t]*;[ \t]*[A-Za-z0-9!#$&^_.+-]+=(?:[A-Za-z0-9!#$&^_.+-]+|"[^"\\\x00-\x1f]*"))*'
 )
 
 
@@ -64,10 +115,26 @@ def _media_type(value: str) -> str:
     return value
 
 
-E164 = Annotated[str, AfterValidator(_e164)]
+E164 = Annotated[str, AfterValidator(_e164), documented(f"^{E164_PATTERN}$")]
 # Webhook and media URLs: accepted only when the sender could attempt them (domain/urls.py).
-WebhookUrl = Annotated[str, Field(min_length=1, max_length=2048), AfterValidator(check_webhook_url)]
-MessageText = Annotated[str, Field(min_length=1, max_length=1600), AfterValidator(_text)]
+WebhookUrl = Annotated[
+    str,
+    Field(min_length=1, max_length=2048),
+    AfterValidator(check_webhook_url),
+    documented(
+        lambda: url_pattern(unprintable_class()),
+        description='an absolute http:// or https:// URL (docs/webhooks.md, "Which URLs are '
+        'accepted"); a host name in Unicode is accepted too, in its IDNA form',
+    ),
+]
+MessageText = Annotated[
+    str,
+    Field(min_length=1, max_length=1600),
+    AfterValidator(_text),
+    documented(visible_text_pattern),
+]
+# Any text of a body: no NUL (api/http.py refuses it in every string).
+Text = Annotated[str, documented(NO_NUL_PATTERN)]
 
 
 class Body(BaseModel):
@@ -75,7 +142,13 @@ class Body(BaseModel):
 
 
 class SendMessage(Body):
-    from_: str = Field(alias="from", min_length=1, max_length=64)
+    from_: Annotated[
+        str,
+        documented(
+            f"^(?:{E164_PATTERN}|{ids.NUMBER}[0-9a-f]{{32}})$",
+            description="one of the workspace's numbers: its E.164 form or its id",
+        ),
+    ] = Field(alias="from", min_length=1, max_length=64)
     to: E164
     text: MessageText
 
@@ -85,7 +158,12 @@ class SetConversationStatus(Body):
 
 
 class Media(Body):
-    contentType: Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_media_type)]
+    contentType: Annotated[
+        str,
+        Field(min_length=1, max_length=255),
+        AfterValidator(_media_type),
+        documented(f"^{_MEDIA_TYPE.pattern}$"),
+    ]
     url: WebhookUrl
 
 
@@ -93,7 +171,12 @@ class InboundMessage(Body):
     from_: E164 = Field(alias="from")
     to: E164
     # "" stays possible (a carrier may hand over an empty text, e.g. with media only).
-    text: Annotated[str, Field(max_length=1600), AfterValidator(_optional_name)]
+    text: Annotated[
+        str,
+        Field(max_length=1600),
+        AfterValidator(_optional_name),
+        documented(lambda: visible_text_pattern(may_be_empty=True)),
+    ]
     media: list[Media] = Field(default_factory=list, max_length=10)
 
 
@@ -127,8 +210,8 @@ def _json_value(value: dict[str, Any]) -> dict[str, Any]:
 
 
 # A free-form JSON object the service stores and serves back (an event's `data`): nested at
-# most MAX_JSON_DEPTH levels (domain/json_values.py).
-JsonObject = Annotated[dict[str, Any], AfterValidator(_json_value)]
+# most MAX_JSON_DEPTH levels, numbers within 64 bits (domain/json_values.py).
+JsonObject = Annotated[dict[str, Any], AfterValidator(_json_value), _json_object()]
 
 
 def _filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -138,54 +221,91 @@ def _filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return value
 
 
-EventTypes = Annotated[list[str], Field(min_length=1, max_length=64), AfterValidator(_event_types)]
-NumberIds = Annotated[list[str] | None, Field(max_length=1000), AfterValidator(_distinct)]
-Name = Annotated[str | None, Field(max_length=255), AfterValidator(_optional_name)]
-Concurrency = Annotated[int | None, Field(ge=1, le=1000)]
-# Custom headers, name -> value: only their types here; the rules (which span both objects,
-# and on PATCH the stored one) are domain/headers.py's, applied by the handler.
-HeaderMap = dict[str, str] | None
+EventType = Annotated[str, documented(enum=sorted(EVENT_TYPES))]
+EventTypes = Annotated[
+    list[EventType],
+    Field(min_length=1, max_length=64),
+    AfterValidator(_event_types),
+    documented(uniqueItems=True),
+]
+NumberId = Annotated[str, documented(ids.pattern(ids.NUMBER))]
+NumberIds = Annotated[
+    list[NumberId],
+    Field(max_length=1000),
+    AfterValidator(_distinct),
+    documented(uniqueItems=True, description="numbers of the workspace (their ids)"),
+]
+Name = Annotated[
+    str,
+    Field(max_length=255),
+    AfterValidator(_optional_name),
+    documented(lambda: visible_text_pattern(may_be_empty=True)),
+]
+Concurrency = Annotated[int, Field(ge=1, le=1000)]
+# Custom headers, name -> value. Each name and value is held to domain/headers.py's rules
+# (the document states them); the rules across both objects (and on PATCH the stored one) are
+# applied by the handler.
+HeaderMap = Annotated[
+    dict[str, str],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": {"pattern": headers.NAME_PATTERN},
+            "additionalProperties": {"type": "string", "pattern": headers.VALUE_PATTERN},
+            "maxProperties": headers.MAX_HEADERS,
+            "description": f"at most {headers.MAX_HEADERS} headers and "
+            f"{headers.MAX_HEADER_BYTES} bytes of names and values across headers and "
+            "secretHeaders, no name in both (compared case-insensitively)",
+        },
+        mode="validation",
+    ),
+]
 # A JSON object that the event's data must contain (`{}` and null: no filter).
-PayloadFilter = Annotated[dict[str, Any] | None, AfterValidator(_filter)]
+PayloadFilter = Annotated[
+    dict[str, Any],
+    AfterValidator(_filter),
+    _json_object(description=f"at most {MAX_FILTER_BYTES} bytes of compact JSON"),
+]
 # Requests per second to the endpoint, across every engine (docs/delivery.md, "Rate limits").
-RateLimit = Annotated[int | None, Field(ge=1, le=10000)]
+RateLimit = Annotated[int, Field(ge=1, le=10000)]
 
 
 class CreateWebhook(Body):
     url: WebhookUrl
     events: EventTypes
-    name: Name = None
-    numberIds: NumberIds = None
-    maxConcurrency: Concurrency = None
-    headers: HeaderMap = None
-    secretHeaders: HeaderMap = None
-    filter: PayloadFilter = None
-    rateLimit: RateLimit = None
+    name: Name | None = None
+    numberIds: NumberIds | None = None
+    maxConcurrency: Concurrency | None = None
+    headers: HeaderMap | None = None
+    secretHeaders: HeaderMap | None = None
+    filter: PayloadFilter | None = None
+    rateLimit: RateLimit | None = None
     ordering: Ordering = Field(default=Ordering.NONE, strict=False)
 
 
 class UpdateWebhook(Body):
-    """PATCH: absent keeps; see the interface's table for null and empty values."""
+    """PATCH: absent keeps; see the interface's table for null and empty values. `url`,
+    `events` and `enabled` may be absent but not null (`MISSING` when absent)."""
 
-    url: WebhookUrl | None = None
-    events: EventTypes | None = None
-    name: Name = None
-    numberIds: NumberIds = None
-    enabled: bool | None = None
-    maxConcurrency: Concurrency = None
-    rateLimit: RateLimit = None
+    url: WebhookUrl | MISSING = MISSING
+    events: EventTypes | MISSING = MISSING
+    name: Name | None = None
+    numberIds: NumberIds | None = None
+    enabled: bool | MISSING = MISSING
+    maxConcurrency: Concurrency | None = None
+    rateLimit: RateLimit | None = None
     # null is the default, "none", as a null maxConcurrency is the default limit.
     ordering: Ordering | None = Field(default=None, strict=False)
-    headers: HeaderMap = None
-    secretHeaders: HeaderMap = None
-    filter: PayloadFilter = None
+    headers: HeaderMap | None = None
+    secretHeaders: HeaderMap | None = None
+    filter: PayloadFilter | None = None
 
 
 class FilterTest(Body):
     """Try a payload filter: the webhook's saved one, or `filter` when given."""
 
     data: JsonObject
-    filter: PayloadFilter = None
+    filter: PayloadFilter | None = None
 
 
 class Recover(Body):
@@ -200,7 +320,12 @@ def _ordering_key(value: str) -> str:
 
 
 # An event's ordering lane (docs/webhooks.md, "Ordered delivery"): any text, no controls.
-OrderingKey = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_ordering_key)]
+OrderingKey = Annotated[
+    str,
+    Field(min_length=1, max_length=200),
+    AfterValidator(_ordering_key),
+    documented(no_control_pattern),
+]
 
 
 def _idempotency_key(value: str) -> str:
@@ -209,10 +334,23 @@ def _idempotency_key(value: str) -> str:
     return value
 
 
+# An event's data: a JSON object whose `id` is a non-empty string (`PublishEvent._has_id`).
+EventData = Annotated[
+    dict[str, Any],
+    AfterValidator(_json_value),
+    _json_object(
+        required=["id"],
+        properties={"id": {"type": "string", "minLength": 1, "pattern": NO_NUL_PATTERN}},
+    ),
+]
+
+
 class PublishEvent(Body):
-    type: str = Field(min_length=1, max_length=100)
-    numberId: str | None = None
-    data: JsonObject
+    type: Annotated[str, documented(enum=sorted(PUBLISHABLE_TYPES))] = Field(
+        min_length=1, max_length=100
+    )
+    numberId: NumberId | None = None
+    data: EventData
     orderingKey: OrderingKey | None = None
 
     @field_validator("type")
@@ -240,7 +378,14 @@ class BatchEvent(PublishEvent):
     """One event of a batch: what POST /v1/events takes, and its own Idempotency-Key (the
     header's rules, for this event alone)."""
 
-    idempotencyKey: Annotated[str, AfterValidator(_idempotency_key)] | None = None
+    idempotencyKey: (
+        Annotated[
+            str,
+            AfterValidator(_idempotency_key),
+            documented(f"^{IDEMPOTENCY_KEY_SHAPE.pattern}$"),
+        ]
+        | None
+    ) = None
 
 
 class PublishBatch(Body):
@@ -271,7 +416,12 @@ def _distinct_scopes(value: list[Scope]) -> list[Scope]:
 
 
 class CreateWorkspace(Body):
-    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH), AfterValidator(_name)]
+    name: Annotated[
+        str,
+        Field(min_length=1, max_length=MAX_NAME_LENGTH),
+        AfterValidator(_name),
+        documented(name_pattern),
+    ]
 
 
 class AddNumber(Body):
@@ -283,7 +433,14 @@ class CreateKey(Body):
         list[Annotated[Scope, Field(strict=False)]],
         Field(min_length=1, max_length=len(Scope)),
         AfterValidator(_distinct_scopes),
+        documented(uniqueItems=True),
     ]
-    name: Annotated[
-        str | None, Field(max_length=MAX_NAME_LENGTH), AfterValidator(_optional_key_name)
-    ] = None
+    name: (
+        Annotated[
+            str,
+            Field(max_length=MAX_NAME_LENGTH),
+            AfterValidator(_optional_key_name),
+            documented(lambda: name_pattern(may_be_empty=True)),
+        ]
+        | None
+    ) = None

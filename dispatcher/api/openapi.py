@@ -8,17 +8,23 @@ pydantic's JSON schemas of the types those declarations name: the request models
 of the app is documented and every documented route exists. `route_inputs()` hands the same
 declarations to the middleware that refuses any query parameter or body a route does not
 take.
+
+Generated clients read it (tests/api/test_generated_client.py builds one with
+openapi-python-client): every schema has a title of its own (its component name, never
+`Page` nine times), an optional request field has no `default: null` (absent is not null to
+a PATCH), and every rule the models enforce is stated (api/models.py, `documented`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from aiohttp import web
 from pydantic import TypeAdapter
-from pydantic.json_schema import GenerateJsonSchema
-from pydantic_core import CoreSchema
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 from dispatcher import __version__
 from dispatcher.api import (
@@ -37,11 +43,14 @@ from dispatcher.api import (
 from dispatcher.api.admission import EXEMPT_PATHS
 from dispatcher.api.context import PUBLIC
 from dispatcher.api.http import json_response
+from dispatcher.api.models import JSON_VALUE_REF
 from dispatcher.api.operations import Route, operation_id
 from dispatcher.api.query import RouteInputs
 from dispatcher.api.resources import ErrorBody, Page
 from dispatcher.api.routing import Routes, declared_routes
+from dispatcher.domain import ids
 from dispatcher.domain.enums import ALSO_GRANTED_BY
+from dispatcher.domain.text import NO_NUL_PATTERN
 
 routes = Routes()
 
@@ -64,6 +73,20 @@ ROUTE_TABLES: tuple[Routes, ...] = (
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 ERROR = "Error"
+JSON_VALUE = "JsonValue"
+# Any JSON value a body may carry (an event's data, a filter): the body parser (api/http.py)
+# refuses NUL in every string and every key. Written without `type` or `anyOf`: each keyword
+# applies to the values of its kind only (`pattern` to strings, `items` to arrays, ...), so
+# generators that cannot read a recursive union (openapi-python-client) read it as any value.
+JSON_VALUE_SCHEMA: dict[str, Any] = {
+    "title": JSON_VALUE,
+    "description": "any JSON value; no string or key holds NUL (\\u0000)",
+    "pattern": NO_NUL_PATTERN,
+    "items": {"$ref": JSON_VALUE_REF},
+    "propertyNames": {"pattern": NO_NUL_PATTERN},
+    "additionalProperties": {"$ref": JSON_VALUE_REF},
+}
+
 
 # The refusals, by status; every route may answer those in ALWAYS, a keyed route those in KEYED
 # too, and a route declares any other it may give (`errors=` in its declaration).
@@ -96,23 +119,59 @@ OVERLOAD = (503,)
 
 SchemaMode = Literal["validation", "serialization"]
 
+# The id each path parameter takes: any other value can name nothing (the route answers 404).
+PATH_IDS = {
+    "conversation_id": ids.CONVERSATION,
+    "delivery_id": ids.DELIVERY,
+    "event_id": ids.EVENT,
+    "key_id": ids.API_KEY,
+    "message_id": ids.MESSAGE,
+    "webhook_id": ids.WEBHOOK,
+    "workspace_id": ids.WORKSPACE,
+}
+
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": REF_TEMPLATE.format(model=name)}
 
 
 def component_name(shape: Any) -> str:
-    """`Message` for Message, `MessagePage` for Page[Message]."""
+    """`Message` for Message, `MessagePage` for Page[Message], `EventPage` for
+    Page[StoredEvent] (an `Annotated` type is named after the type it is documented as)."""
     if get_origin(shape) is Page:
         (item,) = get_args(shape)
         return f"{component_name(item)}Page"
+    if get_origin(shape) is Annotated:
+        documented_as = [m for m in shape.__metadata__ if hasattr(m, "get_pydantic_core_schema")]
+        return component_name(_documented_type(documented_as[0]))
     return str(shape.__name__)
+
+
+def _documented_type(annotation: Any) -> Any:
+    """The type a `GetPydanticSchema(lambda _, handler: handler(T))` hands to pydantic: T."""
+
+    class _Seen(Exception):
+        pass
+
+    def handler(shape: Any) -> Any:
+        raise _Seen(shape)
+
+    try:
+        annotation.get_pydantic_core_schema(None, handler)
+    except _Seen as seen:
+        return seen.args[0]
+    raise TypeError(f"{annotation!r} does not name the type it documents")
 
 
 def _parameters(route: Route) -> list[dict[str, Any]]:
     operation = route.operation
     path = [
-        {"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
+        {
+            "name": part[1:-1],
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": ids.pattern(PATH_IDS[part[1:-1]])},
+        }
         for part in route.path.split("/")
         if part.startswith("{")
     ]
@@ -203,10 +262,16 @@ def _shapes(declared: Iterable[Route]) -> dict[str, tuple[SchemaMode, Any]]:
 
 class _Schemas(GenerateJsonSchema):
     """pydantic's generator without a title on every field (`"title": "Webhookid"`): the
-    property's name says it already."""
+    property's name says it already; and without `default: null`: an optional field is
+    left out, and a client that fills in the default sends null where absent was meant."""
 
     def field_title_should_be_set(self, schema: CoreSchema) -> bool:
         return False
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        if schema.get("default", ...) is None:
+            return self.generate_inner(schema["schema"])
+        return super().default_schema(schema)
 
 
 def _rename_refs(value: Any, renames: Mapping[str, str]) -> Any:
@@ -237,7 +302,11 @@ def schemas(shapes: Mapping[str, tuple[SchemaMode, Any]]) -> dict[str, Any]:
         elif ref != _ref(name)["$ref"]:
             renames[ref] = _ref(name)["$ref"]
             found[name] = found.pop(ref.rsplit("/", 1)[1])
-    return dict(sorted(_rename_refs(found, renames).items()))
+    found[JSON_VALUE] = JSON_VALUE_SCHEMA
+    # Each schema titled by its component name: pydantic titles every Page[...] `Page`, and a
+    # generator that names its classes by title keeps one of them.
+    titled = {name: {**schema, "title": name} for name, schema in found.items()}
+    return dict(sorted(_rename_refs(titled, renames).items()))
 
 
 def document() -> dict[str, Any]:
@@ -281,8 +350,11 @@ def route_inputs() -> dict[tuple[str, str], RouteInputs]:
 
 @routes.get("/v1/openapi.json", PUBLIC)
 async def openapi(request: web.Request) -> web.Response:
-    return json_response(_DOCUMENT)
+    return web.Response(body=_document_bytes(), content_type="application/json")
 
 
-# Built once, after every route (this module's own included) is declared.
-_DOCUMENT = document()
+@functools.cache
+def _document_bytes() -> bytes:
+    """The document, built once, at its first request (after every route is declared; its
+    character classes take a few tenths of a second to spell out: domain/text.py)."""
+    return json_response(document()).body  # type: ignore[return-value]

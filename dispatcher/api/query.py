@@ -152,7 +152,7 @@ def id_parameter(name: str, prefix: str) -> QueryParameter:
     """A parameter taking a resource id of one type (`PN…`); it may not exist."""
     return QueryParameter(
         name,
-        {"type": "string", "pattern": f"^{prefix}[0-9a-f]{{32}}$"},
+        {"type": "string", "pattern": ids.pattern(prefix)},
         lambda value: ids.is_id(value, prefix),
         f"must be an id starting with {prefix}",
     )

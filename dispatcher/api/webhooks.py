@@ -8,6 +8,7 @@ from functools import partial
 
 import structlog
 from aiohttp import web
+from pydantic import MISSING
 
 from dispatcher.api.context import Services
 from dispatcher.api.found import found, not_found
@@ -134,12 +135,13 @@ async def get_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.R
 
 def _changes(body: UpdateWebhook) -> WebhookChanges:
     """The PATCH as the store takes it: each field present (a null `url`, `events` or
-    `enabled` was refused), by column, its null or empty value made what is stored."""
+    `enabled` was refused by the model), by column, its null or empty value made what is
+    stored."""
     present = body.model_fields_set
     changes: WebhookChanges = {}
-    if body.url is not None:
+    if body.url is not MISSING:
         changes["url"] = body.url
-    if body.events is not None:
+    if body.events is not MISSING:
         changes["events"] = body.events
     if "name" in present:
         changes["name"] = body.name or None  # null or "" clears the name
@@ -157,7 +159,7 @@ def _changes(body: UpdateWebhook) -> WebhookChanges:
         changes["rate_limit"] = body.rateLimit
     if "ordering" in present:
         changes["ordering"] = body.ordering or Ordering.NONE  # null returns to the default
-    if body.enabled is not None:
+    if body.enabled is not MISSING:
         changes["enabled"] = body.enabled
     return changes
 
@@ -167,13 +169,6 @@ async def update_webhook(
     request: web.Request, svc: Services, key: ApiKey, body: UpdateWebhook
 ) -> web.Response:
     present = body.model_fields_set
-    errors = [
-        FieldError(f"body.{name}", "must not be null")
-        for name in ("url", "events", "enabled")
-        if name in present and getattr(body, name) is None
-    ]
-    if errors:
-        raise ValidationFailed(errors)
     changes = _changes(body)
     header_changes = present & set(HEADER_FIELDS)
 

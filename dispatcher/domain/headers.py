@@ -151,3 +151,16 @@ def header_problems(
 def names_in_order(names: Iterable[str]) -> list[str]:
     """Header names as given, sorted case-insensitively (`secretHeaderNames`)."""
     return sorted(names, key=lambda name: (name.lower(), name))
+
+
+def _any_case(text: str) -> str:
+    """`text` (letters and hyphens) as a pattern matching it in any letter case (ECMA-262 has
+    no inline `(?i)`)."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in text)
+
+
+# The rules of `name_problem` and `value_problem` as JSON Schema patterns (the OpenAPI
+# document): an HTTP token that is not reserved; visible ASCII, spaces and tabs, not at an edge.
+_RESERVED_NAMES = "|".join(_any_case(name) for name in sorted(RESERVED))
+NAME_PATTERN = f"^(?!{_any_case(RESERVED_PREFIX)})(?!(?:{_RESERVED_NAMES})$){_TOKEN.pattern}$"
+VALUE_PATTERN = r"^(?:[\x21-\x7e](?:[\t\x20-\x7e]*[\x21-\x7e])?)?$"

@@ -26,6 +26,11 @@ def new_id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex
 
 
+def pattern(prefix: str) -> str:
+    """`is_id` as a JSON Schema pattern (the OpenAPI document's)."""
+    return f"^{prefix}[0-9a-f]{{32}}$"
+
+
 def is_id(value: str, prefix: str) -> bool:
     """True when `value` has the shape of an id of this type (it may still not exist)."""
     return value.startswith(prefix) and _SHAPE.fullmatch(value) is not None

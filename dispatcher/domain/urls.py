@@ -195,3 +195,38 @@ def _looks_numeric(host: str) -> bool:
     """A host that URL parsers read as an IPv4 address: its last label is a number (decimal
     or 0x hex). Such names are not host names (RFC 1123: a top label is not all digits)."""
     return _NUMERIC_LABEL.fullmatch(host.rsplit(".", 1)[-1]) is not None
+
+
+# `parse_webhook_url`'s rules as one JSON Schema pattern (the OpenAPI document), for ASCII
+# hosts: every URL it matches is accepted. International host names are accepted too (as
+# their IDNA form), beyond the pattern: their rules (UTS 46) are not a regular expression.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_END_OF_HOST = r"(?:[:/?#]|$)"
+_NOT_A_NUMBER = rf"(?![0-9]+{_END_OF_HOST})(?!0[xX][0-9A-Fa-f]*{_END_OF_HOST})"
+_NAME = (
+    rf"(?=[^:/?#]{{1,{MAX_HOST_LENGTH}}}{_END_OF_HOST})"
+    rf"(?:(?![xX][nN]--){_LABEL}\.)*{_NOT_A_NUMBER}(?![xX][nN]--){_LABEL}"
+)
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_IPV4 = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
+_H16 = r"[0-9A-Fa-f]{1,4}"
+_IPV6 = "|".join(
+    (
+        rf"(?:{_H16}:){{7}}{_H16}",
+        rf"(?:{_H16}:){{1,7}}:",
+        *(rf"(?:{_H16}:){{1,{6 - n}}}(?::{_H16}){{1,{n + 1}}}" for n in range(6)),
+        rf":(?:(?::{_H16}){{1,7}}|:)",
+    )
+)
+_PORT_NUMBER = (
+    r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+)
+
+
+def url_pattern(refused_class: str) -> str:
+    """The pattern, given the class body of the characters refused anywhere (spaces,
+    controls, format characters: domain/text.py spells classes out)."""
+    return (
+        rf"^[hH][tT][tT][pP][sS]?://(?:{_NAME}|{_IPV4}(?=[:/?#]|$)|\[(?:{_IPV6})\])"
+        rf"(?::{_PORT_NUMBER})?(?:[/?#][^{refused_class}\\]*)?$"
+    )

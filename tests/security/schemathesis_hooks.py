@@ -1,0 +1,65 @@
+"""schemathesis hooks for tests/security/test_openapi.py (loaded with SCHEMATHESIS_HOOKS).
+
+`positive_data_acceptance` reports every schema-valid request the server refuses: the
+document must be as strict as the server. A few refusals depend on what no JSON Schema can
+state: whether a number is the workspace's, whether a cursor was signed by the server, a
+window relative to now, one field against another, and JSON Schema's integer `1.0` (the API
+takes integers as written, docs/webhooks.md). Those, and only those, are dropped here: a
+refusal is dropped when every field error it names is one of `INEXPRESSIBLE`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import schemathesis
+
+# (field path, message) patterns of refusals the document cannot express, with why.
+INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
+    # Which numbers a workspace owns is data, not schema.
+    (r"body\.(from|to|numberId|numberIds|events\[\d+\]\.numberId)", "not one of the workspace's"),
+    # Relative to now, and one field against another.
+    (r"body\.since", "must be at most .* days ago"),
+    (r"body\.until", "must be after `since`"),
+    (r"query\.until", "must not be before"),
+    # JSON Schema calls 49.0 an integer; the API takes integers as written (no `.0`).
+    (r"body\.[A-Za-z.\[\]0-9]+", "Input should be a valid integer"),
+    # Across `headers` and `secretHeaders` (their count, size and names), stated in their
+    # description only.
+    (r"body\.(headers|secretHeaders)", "at most|repeats"),
+    # The filter's size in bytes of compact JSON, stated in its description.
+    (r"body\.filter", "must be at most .* bytes"),
+)
+
+
+# Error codes of refusals that depend on the server's state, not on the request's shape.
+STATEFUL_CODES = {
+    # A cursor is signed by the server for one list and its filters (api/pagination.py).
+    "invalid_cursor",
+    # An Idempotency-Key reused with another request (each event of a batch has its own).
+    "idempotency_key_reused",
+}
+
+
+def _inexpressible(error: dict[str, Any]) -> bool:
+    return any(
+        re.fullmatch(path, error.get("path", "")) and re.search(message, error.get("message", ""))
+        for path, message in INEXPRESSIBLE
+    )
+
+
+@schemathesis.hook
+def filter_failure(ctx: Any, failure: Any, case: Any, response: Any) -> bool:
+    """Keep every failure but a refusal of state, or a 400 whose field errors are all
+    inexpressible."""
+    if response.status_code not in (400, 422):
+        return True
+    try:
+        body = response.json()
+    except ValueError:
+        return True
+    if body.get("code") in STATEFUL_CODES:
+        return False
+    errors = body.get("errors") or []
+    return not (errors and all(_inexpressible(error) for error in errors))
