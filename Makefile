@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,otel]'
+	$(BIN)/pip install --quiet -e '.[dev,otel,embedded]'
 	touch $(STAMP)
 
 # The demo (a workspace, its key printed once) is on here whatever the database: `make run` is
@@ -33,7 +33,7 @@ test: $(STAMP)
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev,otel,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,otel,embedded,bench]'
 	touch $(BENCH_STAMP)
 
 # The load tests (benchmarks/README.md): embedded Postgres unless DATABASE_URL is set.

@@ -72,6 +72,11 @@ class ConfigurationError(DispatcherError):
     """A setting is not valid."""
 
 
+class EmbeddedPostgresMissing(ConfigurationError):
+    """No DATABASE_URL is set and the embedded Postgres is not installed: set DATABASE_URL or
+    install dispatcher[embedded]."""
+
+
 class Overloaded(DispatcherError):
     """The service has as much work in progress as it takes; retry shortly."""
 
