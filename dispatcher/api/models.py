@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from dispatcher.api.idempotency import IDEMPOTENCY_KEY_PROBLEM, IDEMPOTENCY_KEY_SHAPE
-from dispatcher.domain import headers, ids
+from dispatcher.domain import headers, ids, payload_filter
 from dispatcher.domain.enums import CallStatus, ConversationStatus, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, OPERATIONAL_TYPES, PUBLISHABLE_TYPES
 from dispatcher.domain.json_values import json_problem
@@ -264,7 +264,13 @@ HeaderMap = Annotated[
 PayloadFilter = Annotated[
     dict[str, Any],
     AfterValidator(_filter),
-    _json_object(description=f"at most {MAX_FILTER_BYTES} bytes of compact JSON"),
+    _json_object(
+        description=f"at most {MAX_FILTER_BYTES} bytes of compact JSON, "
+        f"{payload_filter.MAX_FILTER_VALUES} values in all (nested ones included) and "
+        f"{payload_filter.MAX_FILTER_ARRAY_ELEMENTS} array elements in all; arrays hold only "
+        f"scalars of at most {payload_filter.MAX_FILTER_ARRAY_ELEMENT_BYTES} bytes of JSON "
+        '(docs/webhooks.md, "Payload filters")'
+    ),
 ]
 # Requests per second to the endpoint, across every engine (docs/delivery.md, "Rate limits").
 RateLimit = Annotated[int, Field(ge=1, le=10000)]

@@ -48,7 +48,7 @@ from dispatcher.api.operations import Route, operation_id
 from dispatcher.api.query import RouteInputs
 from dispatcher.api.resources import ErrorBody, Page
 from dispatcher.api.routing import Routes, declared_routes
-from dispatcher.domain import ids
+from dispatcher.domain import ids, json_values
 from dispatcher.domain.enums import ALSO_GRANTED_BY
 from dispatcher.domain.text import NO_NUL_PATTERN
 
@@ -80,8 +80,12 @@ JSON_VALUE = "JsonValue"
 # generators that cannot read a recursive union (openapi-python-client) read it as any value.
 JSON_VALUE_SCHEMA: dict[str, Any] = {
     "title": JSON_VALUE,
-    "description": "any JSON value; no string or key holds NUL (\\u0000)",
+    "description": "any JSON value; no string or key holds NUL (\\u0000), no number lies "
+    "beyond 64-bit integers, and objects and arrays nest at most "
+    f"{json_values.MAX_JSON_DEPTH} levels",
     "pattern": NO_NUL_PATTERN,
+    "minimum": json_values.MIN_NUMBER,
+    "maximum": json_values.MAX_NUMBER,
     "items": {"$ref": JSON_VALUE_REF},
     "propertyNames": {"pattern": NO_NUL_PATTERN},
     "additionalProperties": {"$ref": JSON_VALUE_REF},

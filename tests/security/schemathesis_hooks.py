@@ -28,8 +28,13 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
     # Across `headers` and `secretHeaders` (their count, size and names), stated in their
     # description only.
     (r"body\.(headers|secretHeaders)", "at most|repeats"),
-    # The filter's size in bytes of compact JSON, stated in its description.
-    (r"body\.filter", "must be at most .* bytes"),
+    # The filter's bounds (its size in bytes of compact JSON, its values and array elements
+    # counted across every level, what its arrays hold), stated in its description.
+    (
+        r"body\.filter",
+        "must be at most .* bytes|must hold at most|its arrays must hold at most"
+        "|an array in a filter holds only|an element of a filter's array",
+    ),
 )
 
 
