@@ -51,6 +51,7 @@ class SQL(Queries, file="queue.sql"):
     index_walks_only: str
     lease_unflushed: str
     claim: str
+    trim_serialised: str
     record: str
     update_failure_clocks: str
     read_failure_clocks: str
@@ -150,9 +151,24 @@ async def claim(
             ring.cursor,
             visits,
         )
-    leased = [row for row in rows if row["delivery_id"] is not None]
-    claimed = [_claimed(row, now) for row in leased]
-    if len(claimed) >= limit:
+        leased = [row for row in rows if row["delivery_id"] is not None]
+        serialised = [row for row in leased if row["serialised"]]
+        # Rows of fifo endpoints: counted again under their locks (`trim_serialised`), and
+        # what exceeds their limits is handed back, unsent. Nothing to do otherwise.
+        handed_back: set[str] = set()
+        if serialised:
+            trimmed = await conn.fetch(
+                SQL.trim_serialised,
+                owner,
+                [row["delivery_id"] for row in serialised],
+                [row["due_at"] for row in serialised],
+                list(done),
+                list(done.values()),
+                default_concurrency,
+            )
+            handed_back = {row["delivery_id"] for row in trimmed}
+    claimed = [_claimed(row, now) for row in leased if row["delivery_id"] not in handed_back]
+    if len(leased) >= limit:
         # Full: the next claim goes on after the endpoint the deal stopped at (those after it
         # got a row fewer this time). Never from it again: when the engine's capacity, not
         # the endpoints' slots, is what is short, an endpoint revisited first would take every

@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog.testing
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock
+from dispatcher.domain.clock import FakeClock, SystemClock
 from dispatcher.engine.worker import Engine
+from dispatcher.settings import Settings
+from dispatcher.store import queue
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import deliveries, publish, subscribe
@@ -227,3 +231,106 @@ async def test_a_backlog_at_the_head_does_not_starve_the_endpoints_behind_it(
     await wait_for(lambda: len(receiver.at("/fine")) == 5, within=10, message="healthy flows")
     assert receiver.peak.get("/stuck", 0) == 1
     assert healthy["id"]
+
+
+def slow_ok(seconds: float) -> Any:
+    """Answer 200 after `seconds` (a receiver that takes a while: requests overlap)."""
+
+    async def respond(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(seconds)
+        return web.Response(status=200)
+
+    return respond
+
+
+# A busy database: every statement that updates queue rows (a claim's lease, among others)
+# takes 10 ms more before its transaction can commit, holding its locks meanwhile.
+SLOW_CLAIMS = """
+CREATE FUNCTION test_slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(0.01); RETURN NULL; END $$;
+CREATE TRIGGER test_slow_claim AFTER UPDATE ON delivery_queue
+FOR EACH STATEMENT EXECUTE FUNCTION test_slow_claim();
+"""
+
+
+async def test_a_fifo_endpoints_limit_holds_across_two_engines(
+    client: TestClient[Any, Any], ws: Workspace, receiver: Receiver, database_url: str,
+    settings: Settings, db: Database,
+) -> None:  # fmt: skip
+    """Claims by two engines at the same moment must not each take the free slots of a fifo
+    endpoint (a claim there reads more rows than its slots, to park lanes in bulk, and one
+    head per lane is a candidate; another claim skips the rows it holds and finds other
+    lanes' heads): the receiver never sees more than maxConcurrency at once at any of them,
+    with many lanes (every delivery the head of its own) always ready to take a slot."""
+    paths = [f"/fifo{i}" for i in range(1)]
+    for path in paths:
+        receiver.behaviours[path] = slow_ok(0.005)
+        await subscribe(client, ws, receiver.url(path), ordering="fifo", maxConcurrency=3)
+    events = 300
+    async with db.transaction() as conn:
+        await conn.execute(SLOW_CLAIMS)
+        await conn.execute(  # one lane per event
+            "SELECT dispatcher_publish_event($1, 'contact.updated', "
+            "jsonb_build_object('id', 'CT' || g), NULL, 'L' || g) FROM generate_series(1, $2) g",
+            ws.id,
+            events,
+        )
+    pools = [await Database.open(database_url, min_size=1, max_size=4) for _ in range(2)]
+    engines = [
+        Engine(pool, settings.with_changes(claim_batch_size=batch), SystemClock(), rand=lambda: 0.5)
+        for pool, batch in zip(pools, (5, 50), strict=True)
+    ]
+    try:
+        await asyncio.gather(*(engine.start() for engine in engines))
+        await wait_for(
+            lambda: len(receiver.requests) >= events * len(paths), within=60, message="drained"
+        )
+    finally:
+        for engine in engines:
+            await engine.stop()
+        for pool in pools:
+            await pool.close()
+    assert {path: receiver.peak[path] for path in paths} == dict.fromkeys(paths, 3)
+
+
+async def test_claims_at_the_same_moment_lease_a_fifo_endpoints_slots_once(
+    client: TestClient[Any, Any], ws: Workspace, receiver: Receiver, database_url: str,
+    db: Database,
+) -> None:  # fmt: skip
+    """Two engines' claims sent together, round after round, at a fifo endpoint whose lanes
+    are known (each claim then finds heads it can take): together they lease exactly its
+    free slots, whether one claim runs while the other holds its rows, or starts from a
+    snapshot taken before the other committed."""
+    hook = await subscribe(client, ws, receiver.url("/fifo"), ordering="fifo", maxConcurrency=3)
+    async with db.transaction() as conn:  # 500 lanes of one delivery each
+        await conn.execute(
+            "SELECT dispatcher_publish_event($1, 'contact.updated', "
+            "jsonb_build_object('id', 'CT' || g), NULL, 'L' || g) FROM generate_series(1, 500) g",
+            ws.id,
+        )
+    pools = [await Database.open(database_url, min_size=1, max_size=2) for _ in range(2)]
+    leased: list[int] = []
+    try:
+        for _ in range(30):
+            now = datetime.now(UTC)
+            await asyncio.gather(*(
+                queue.claim(pool, owner=f"engine-{i}", now=now, limit=50, default_concurrency=10)
+                for i, pool in enumerate(pools)
+            ))  # fmt: skip
+            async with db.acquire() as conn:
+                leased.append(
+                    await conn.fetchval(
+                        "SELECT count(*) FROM delivery_queue WHERE webhook_id = $1 "
+                        "AND lease_owner IS NOT NULL",
+                        hook["id"],
+                    )
+                )
+                # The requests are over: every lease back, due (the lanes stay, known).
+                await conn.execute(
+                    "UPDATE delivery_queue SET lease_owner = NULL, due_at = now() "
+                    "WHERE lease_owner IS NOT NULL"
+                )
+    finally:
+        for pool in pools:
+            await pool.close()
+    assert leased == [3] * 30

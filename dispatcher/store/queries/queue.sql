@@ -37,8 +37,10 @@ SET LOCAL synchronous_commit = off
 -- where this engine has $6 attempts over whose results it has not yet written (their rows
 -- stay leased until the record; their slots are free: a slot is busy only while its request
 -- is). A visited row whose event was expunged, or whose webhook is disabled or deleted, is
--- given up instead. Returns each leased row with all that sending it needs and its place in
--- the deal (`deal`, `ring_pos`), and on every row (one row with the rest NULL when nothing was
+-- given up instead. A fifo endpoint is claimed by one transaction at a time (`elsewhere`).
+-- Returns each leased row with all that sending it needs, its place in the deal (`deal`,
+-- `ring_pos`) and whether its endpoint is fifo (`serialised`: `trim_serialised` follows), and
+-- on every row (one row with the rest NULL when nothing was
 -- leased) the ring's last visited endpoint and how many it visited, so that the engine moves
 -- its cursor on.
 WITH finishing AS (
@@ -89,6 +91,25 @@ WITH finishing AS (
         WHERE ring.pos < $8
     )
     SELECT webhook_id, first_due, pos FROM ring
+), elsewhere AS MATERIALIZED (
+    -- Fifo endpoints another transaction is claiming from right now: passed by, this time.
+    -- A claim at a fifo endpoint reads more rows than its free slots (to park lanes in bulk),
+    -- so two claims there at once would each find lanes' heads the other does not hold, and
+    -- each take the free slots. So they are claimed by one transaction at a time: each visited
+    -- fifo endpoint with due work and a free slot is locked here (an advisory lock until the
+    -- commit, never waited for), before any of its rows is read. Materialized, so that every
+    -- lock is tried once, before the walk. (The claim's snapshot may still predate the last
+    -- holder's commit: `trim_serialised`, sent next under the same locks, corrects that.)
+    SELECT v.webhook_id
+    FROM ring v
+    JOIN webhooks w ON w.id = v.webhook_id
+    WHERE CASE WHEN w.ordering = 'fifo' AND v.first_due <= $1
+                    AND v.webhook_id NOT IN (SELECT webhook_id FROM saturated)
+                    AND v.webhook_id NOT IN (SELECT webhook_id FROM limited)
+               THEN NOT pg_try_advisory_xact_lock(hashtext('dispatcher_fifo_claim'),
+                                                  hashtext(v.webhook_id))
+               ELSE false
+          END
 ), due AS (
     -- Each visited endpoint's due rows, oldest first, as many as its free slots; of those, at
     -- most $3. Saturated and rate-limited endpoints are passed by. Rows another engine is
@@ -122,6 +143,7 @@ WITH finishing AS (
     WHERE q.due_at <= $1
       AND v.webhook_id NOT IN (SELECT webhook_id FROM saturated)
       AND v.webhook_id NOT IN (SELECT webhook_id FROM limited)
+      AND v.webhook_id NOT IN (SELECT webhook_id FROM elsewhere)
     -- Dealt round the visited endpoints, a row each in turn: when the claim holds fewer rows
     -- than the endpoints' free slots, each gets its share and the turn moves on.
     ORDER BY mine.k, v.pos
@@ -272,12 +294,50 @@ WITH finishing AS (
               e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
               w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
               q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
-              w.secret_headers, q.lane IS NOT NULL AS in_lane, ranked.deal, ranked.ring_pos
+              w.secret_headers, q.lane IS NOT NULL AS in_lane,
+              w.ordering = 'fifo' AS serialised, ranked.deal, ranked.ring_pos
 )
 -- Every leased row, with where the ring ended; one row of NULLs but those when none was.
 SELECT leased.*, ring_end.webhook_id AS ring_end, ring_end.visited
 FROM (SELECT max(webhook_id) AS webhook_id, count(*) AS visited FROM ring) ring_end
 LEFT JOIN leased ON true
+
+-- name: trim_serialised
+-- Sent after a claim that leased rows of fifo endpoints, in its transaction, so under their
+-- locks (`elsewhere` above), with a snapshot of its own: taken after those locks, so it sees
+-- every lease committed by the claims that held them before. The claim counted the slots from
+-- its own snapshot, which may predate the last holder's commit; here, per endpoint, the rows
+-- it leased beyond the free slots (counted as the claim counts them: $4 and $5 this engine's
+-- finished attempts; $6 the default limit) are handed back, newest first, due again when they
+-- were ($2, $3: each row leased and its due time). $1 the engine. Returns the rows handed
+-- back. Exact: only a claim holding an endpoint's lock adds leases there.
+WITH mine AS (
+    SELECT m.delivery_id, m.due_at, q.webhook_id
+    FROM unnest($2::text[], $3::timestamptz[]) AS m(delivery_id, due_at)
+    JOIN delivery_queue q ON q.delivery_id = m.delivery_id AND q.lease_owner = $1
+), busy AS (
+    -- Requests in flight at those endpoints, as `leases` in the claim counts them.
+    SELECT l.webhook_id,
+           count(*) - least(coalesce(min(f.n), 0), count(*) FILTER (WHERE l.lease_owner = $1))
+               AS n
+    FROM delivery_queue l
+    LEFT JOIN unnest($4::text[], $5::int[]) AS f(webhook_id, n) ON f.webhook_id = l.webhook_id
+    WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM mine)
+    GROUP BY l.webhook_id
+), excess AS (
+    SELECT m.delivery_id, m.due_at
+    FROM (SELECT mine.*, row_number() OVER (PARTITION BY webhook_id
+                                            ORDER BY due_at DESC, delivery_id DESC) AS k
+          FROM mine) m
+    JOIN busy b ON b.webhook_id = m.webhook_id
+    JOIN webhooks w ON w.id = m.webhook_id
+    WHERE m.k <= b.n - coalesce(w.max_concurrency, $6)
+)
+UPDATE delivery_queue q
+SET lease_owner = NULL, due_at = excess.due_at
+FROM excess
+WHERE q.delivery_id = excess.delivery_id AND q.lease_owner = $1
+RETURNING q.delivery_id
 
 -- name: record
 -- Write a batch of attempts' results, one element per result in each array: $1 the delivery,
