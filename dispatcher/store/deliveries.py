@@ -114,6 +114,15 @@ async def retry(
     async with db.transaction() as conn:
         await expunge.hold_off_expunges(conn, workspace_id)
         hook = await _live_webhook(conn, workspace_id, webhook_id)
+        if await conn.fetchrow(SQL.delivery, workspace_id, webhook_id, delivery_id) is None:
+            raise NotFound("delivery not found")
+        # The queue row's lock orders this retry against claims (which skip locked rows) and
+        # the record; the history row's, retries of a delivery no longer queued. In that
+        # order, as the claim and the record take them (docs/delivery.md, "Lock order"): a
+        # retry holding the history row while it waited for a record, which holds the queue
+        # row and then writes the history row, would deadlock with it. (Two retries of a
+        # settled delivery: the second finds the row the first queued; `enqueue` leaves it.)
+        queued = await conn.fetchrow(SQL.lock_queued, delivery_id)
         found = await conn.fetchrow(SQL.lock_delivery, workspace_id, webhook_id, delivery_id)
         if found is None:
             raise NotFound("delivery not found")
@@ -121,9 +130,6 @@ async def retry(
             raise Conflict(EXPUNGED)
         if hook.disabled_at is not None:
             raise Conflict("the webhook is disabled; enable it, then retry")
-        # The history row's lock (above) orders retries of one delivery; the queue row's lock
-        # orders this retry against claims (which skip locked rows).
-        queued = await conn.fetchrow(SQL.lock_queued, delivery_id)
         if queued is not None and queued["lease_owner"] is not None:
             raise Conflict(IN_FLIGHT)
         await conn.execute(SQL.make_pending, delivery_id, now)

@@ -54,6 +54,7 @@ class SQL(Queries, file="queue.sql"):
     trim_serialised: str
     record: str
     update_failure_clocks: str
+    lock_webhooks: str
     read_failure_clocks: str
     advance_lanes: str
     release: str
@@ -247,8 +248,15 @@ async def record(
             if (row := written[r.id])["status"] != DeliveryStatus.PENDING
         ]
         await stats.record_batch(conn, applied, settled, owner)
-        await _update_failure_clocks(conn, applied)
-        disabled = await _disable_endpoints(conn, applied, now, timedelta(seconds=disable_after))
+        clocks = sorted(outcomes.failure_clocks(applied).items())
+        to_disable = outcomes.endpoints_to_disable(applied)
+        if to_disable.gone or to_disable.maybe_failing:
+            # Several statements write webhooks rows below: every row first, in id order.
+            ids = {webhook_id for webhook_id, _ in clocks}
+            ids.update(to_disable.gone, to_disable.maybe_failing)
+            await conn.execute(SQL.lock_webhooks, sorted(ids))
+        await _update_failure_clocks(conn, clocks)
+        disabled = await _disable_endpoints(conn, to_disable, now, timedelta(seconds=disable_after))
         given_up = [(r, _why_given_up(r, written[r.id]["stop"])) for r in applied if r.id in failed]
         await _tell_workspaces(conn, applied, written, {r.id: why for r, why in given_up}, now)
         # Last (lane rows are locked after every other row a record takes; an operational
@@ -364,10 +372,11 @@ async def _advance_lanes(conn: Connection, settled_heads: Sequence[str], now: da
         await conn.execute(SQL.advance_lanes, list(settled_heads), now)
 
 
-async def _update_failure_clocks(conn: Connection, applied: Sequence[AttemptResult]) -> None:
-    """Apply the failure clocks' changes (`outcomes.failure_clocks`) in one statement."""
-    # By webhook id: two engines updating the same endpoints lock their rows in one order.
-    changes = sorted(outcomes.failure_clocks(applied).items())
+async def _update_failure_clocks(
+    conn: Connection, changes: Sequence[tuple[str, outcomes.ClockChange]]
+) -> None:
+    """Apply the failure clocks' changes (`outcomes.failure_clocks`, by webhook id: two
+    engines updating the same endpoints lock their rows in one order) in one statement."""
     if changes:
         await conn.execute(
             SQL.update_failure_clocks,
@@ -378,11 +387,11 @@ async def _update_failure_clocks(conn: Connection, applied: Sequence[AttemptResu
 
 
 async def _disable_endpoints(
-    conn: Connection, applied: Sequence[AttemptResult], now: datetime, disable_after: timedelta
+    conn: Connection, to_disable: outcomes.ToDisable, now: datetime, disable_after: timedelta
 ) -> dict[str, DisabledReason]:
-    """Disable the endpoints the batch's give-ups call for: gone ones at once, failing ones
-    when their failure clock (as just updated, read under this transaction) says so."""
-    to_disable = outcomes.endpoints_to_disable(applied)
+    """Disable the endpoints the batch's give-ups call for (`outcomes.endpoints_to_disable`):
+    gone ones at once, failing ones when their failure clock (as just updated, read under
+    this transaction) says so."""
     disabled: dict[str, DisabledReason] = {}
     if to_disable.gone:
         for webhook_id in await webhooks.disable(conn, to_disable.gone, DisabledReason.GONE, now):

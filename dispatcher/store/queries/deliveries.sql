@@ -27,7 +27,8 @@ FROM deliveries d JOIN events e ON e.id = d.event_id AND e.created_at = d.create
 WHERE d.webhook_id = $1 AND d.event_id = $2 AND d.created_at = $3
 
 -- name: lock_delivery
--- Lock delivery $3 of workspace $1's webhook $2 (it orders the retries of one delivery);
+-- Lock delivery $3 of workspace $1's webhook $2 (it orders the retries of a delivery no longer
+-- queued; taken after the queue row's lock, as every writer of both takes them);
 -- returns its id and whether its event was expunged, or nothing when there is no such
 -- delivery.
 SELECT d.id, e.expunged_at IS NOT NULL AS expunged

@@ -450,6 +450,13 @@ WHERE w.id = u.id
   AND w.failing_since IS DISTINCT FROM
       (CASE WHEN u.reset THEN u.fail_start ELSE coalesce(w.failing_since, u.fail_start) END)
 
+-- name: lock_webhooks
+-- Lock webhooks $1 for the record's changes (failure clocks, disabling), in id order, before
+-- any of them is written: the record's own statements then lock none it does not hold, so two
+-- records (or a record and a change through the API, which locks its one webhook first) never
+-- wait for each other in a circle. FOR NO KEY UPDATE: what an UPDATE of them takes anyway.
+SELECT id FROM webhooks WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
+
 -- name: read_failure_clocks
 -- The failure clock (`failing_since`) of each of webhooks $1, as the record's transaction has
 -- just set it.

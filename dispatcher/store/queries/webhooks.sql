@@ -69,10 +69,14 @@ RETURNING id, workspace_id
 -- name: lock_webhook
 -- Lock webhook $2 of workspace $1, unless deleted, for a change; returns whether it is
 -- disabled, its custom headers (a change to one object is checked with the other) and its
--- ordering.
+-- ordering. FOR NO KEY UPDATE, the lock an UPDATE of it takes (its id never changes): FOR
+-- UPDATE would also block the FOR KEY SHARE lock that every new delivery takes on its
+-- webhook (the foreign key), so a change publishing webhook.disabled to its siblings and a
+-- recorder or another change publishing to this one waited for each other: a deadlock. The
+-- lock order every writer of webhooks rows keeps is in docs/delivery.md, "Lock order".
 SELECT id, disabled_at, headers, secret_headers, ordering FROM webhooks
 WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
-FOR UPDATE
+FOR NO KEY UPDATE
 
 -- name: update
 -- Apply a change to webhook $1: the URL ($3), event types ($5), name ($7), number ids ($9),
