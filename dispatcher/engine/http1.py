@@ -86,6 +86,11 @@ class BlockedAddress(OSError):
     """The destination resolves only to addresses the guard refuses (the message says why)."""
 
 
+class TooLate(Exception):
+    """The request's moment passed before a byte of it was written (`post`'s `send_by`): it
+    was not sent, and the connection stays usable."""
+
+
 class InvalidHeader(ValueError):
     """A header that must not be written (the message never quotes its value)."""
 
@@ -174,20 +179,32 @@ class Http1Client:
     def open_connections(self) -> int:
         return len(self._live) + self._opening
 
-    async def post(self, url: str, headers: bytes, body: bytes) -> Response:
-        """POST `body` to `url` with `headers` (complete `Name: value\\r\\n` lines)."""
+    async def post(
+        self, url: str, headers: bytes, body: bytes, send_by: float | None = None
+    ) -> Response:
+        """POST `body` to `url` with `headers` (complete `Name: value\\r\\n` lines). With
+        `send_by` (loop time), raise TooLate instead of writing the request after it: the
+        last moment is once a connection is ready, so that connecting counts too."""
         route = self._routes.get(url) or self._route(url)
         request = b"%bContent-Length: %d\r\n%b\r\n%b" % (route.head, len(body), headers, body)
         deadline = asyncio.get_running_loop().time() + self.timeout
         conn = self._take_idle(route.key)
         if conn is not None:
+            self._in_time(conn, send_by)
             try:
                 return await self._exchange(conn, request, deadline)
             except _Stale:
                 pass  # closed by the server while idle: once more, on a new connection
         async with asyncio.timeout_at(deadline):
             conn = await self._acquire(route, reuse=conn is None)
+        self._in_time(conn, send_by)
         return await self._exchange(conn, request, deadline)
+
+    def _in_time(self, conn: _Connection, send_by: float | None) -> None:
+        """Raise TooLate, the connection back with the idle ones, when `send_by` has passed."""
+        if send_by is not None and asyncio.get_running_loop().time() > send_by:
+            self._release(conn)
+            raise TooLate
 
     async def close(self) -> None:
         """Drop every connection; requests still waiting for one fail."""

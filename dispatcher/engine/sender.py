@@ -28,6 +28,7 @@ that echoes the request's headers.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 import time
@@ -46,9 +47,22 @@ from dispatcher.domain.redaction import redact, signing_values
 from dispatcher.domain.signing import secret_key, sign
 from dispatcher.domain.urls import InvalidUrl, parse_webhook_url
 from dispatcher.engine import http1
-from dispatcher.engine.http1 import BlockedAddress, Http1Client, InvalidHeader, RequestFailed
+from dispatcher.engine.http1 import (
+    BlockedAddress,
+    Http1Client,
+    InvalidHeader,
+    RequestFailed,
+    TooLate,
+)
 
-__all__ = ["MAX_RESPONSE_BYTES", "BlockedAddress", "GuardedResolver", "Outcome", "Sender"]
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "BlockedAddress",
+    "GuardedResolver",
+    "Outcome",
+    "Sender",
+    "TooLate",
+]
 
 MAX_RESPONSE_BYTES = http1.MAX_BODY_BYTES
 USER_AGENT = f"dispatcher/{__version__}"
@@ -283,10 +297,13 @@ class Sender:
         body: bytes,
         custom_headers: CustomHeaders = (),
         secret_values: Sequence[str] = (),
+        send_by: float | None = None,
     ) -> Outcome:
         """One attempt: `body` POSTed to `url`, signed with `secrets`, with the webhook's
         `custom_headers` (name, value) after ours; `secret_values` (its secret headers'
-        values) are kept out of the excerpt, with the signature and `secrets`."""
+        values) are kept out of the excerpt, with the signature and `secrets`. With `send_by`
+        (loop time), raises TooLate instead when the request could not be written by then
+        (it was not sent: no attempt)."""
         assert self._client is not None or self._session is not None, "Sender.start() first"
         started = time.perf_counter()
 
@@ -316,6 +333,9 @@ class Sender:
             extra = self._extra_lines(custom_headers)
         except InvalidHeader as exc:
             return done(CONNECTION_ERROR, None, f"{UNSENDABLE}: {exc}")
+        if self._client is None and send_by is not None:
+            if asyncio.get_running_loop().time() > send_by:
+                raise TooLate
         try:
             timestamp, signature = self._signed(delivery_id, secrets, body)
         except Exception:  # a secret that cannot key a signature: still a recorded attempt
@@ -330,7 +350,9 @@ class Sender:
                 signature.encode(),
                 extra,
             )
-            status, retry_after, excerpt = await self._client.post(url, headers, body)
+            status, retry_after, excerpt = await self._client.post(url, headers, body, send_by)
+        except TooLate:
+            raise
         except TimeoutError:
             return done(TIMEOUT, None, f"timeout after {self.timeout:g}s")
         except BlockedAddress as exc:

@@ -24,20 +24,20 @@ import contextlib
 import random
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Collection
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime
 from functools import partial
 
 import structlog
 
 from dispatcher import metrics, tracing
-from dispatcher.domain import outcomes
+from dispatcher.domain import outcomes, rate_limits
 from dispatcher.domain.clock import Clock, SystemClock
 from dispatcher.domain.outcomes import AttemptOutcome
 from dispatcher.domain.retry import RetryPolicy
 from dispatcher.engine.recorder import Recorder
-from dispatcher.engine.sender import Outcome, Sender
+from dispatcher.engine.sender import Outcome, Sender, TooLate
 from dispatcher.errors import DispatcherError
 from dispatcher.settings import Settings
 from dispatcher.store import queue
@@ -61,6 +61,15 @@ COALESCE_SECONDS = 0.002
 IDLE_PROBE_SECONDS = 0.005
 ENGAGED_PROBE_MAX_SECONDS = 0.02
 ENGAGED_SECONDS = 1.0
+# A rate limit's grant that the engine could not send soon enough after its claim (the engine
+# paused, its event loop or a connection slow) is handed back unsent, due again, rather than
+# crowd a later second at the receiver (docs/delivery.md, "Rate limits"; how late is too late
+# is `rate_limits.grant_grace`). Its time is counted from when the claim was sent plus the
+# fastest of the engine's recent claims, so that a distant database's steady round trip
+# does not count as lateness.
+# How many recent claims the fastest is taken from.
+RECENT_CLAIMS = 64
+
 # How often the database's one poller probes the due index: the bound on the delay of work no
 # NOTIFY announces (the SQL outbox function, retries coming due), for the whole fleet.
 POLLER_PROBE_SECONDS = 0.025
@@ -124,6 +133,10 @@ class Engine:
         self.beats = 0  # beats that got through (for tests and debugging)
         self._engaged_until = 0.0  # loop time: probe on our own until then
         self._empty_claims = 0  # claims in a row that took nothing (the engaged backoff)
+        self._claim_seconds: deque[float] = deque(maxlen=RECENT_CLAIMS)  # their round trips
+        self.grants_expired = 0  # rate-limit grants handed back unsent (for tests, debugging)
+        # For tests: awaited by each attempt between its claim and its send (a pause there).
+        self.before_send: Callable[[queue.Claimed], Awaitable[None]] | None = None
         self.running = False
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -385,9 +398,11 @@ class Engine:
         if asked <= 0:
             return 0, 0
         started = time.perf_counter()
-        rows: list[queue.Claimed] = []
+        loop = asyncio.get_running_loop()
+        rows: list[tuple[queue.Claimed, float]] = []  # each with when it was granted
         for _ in range(2):  # a turn of the ring that ends short goes on from its start
             from_start = self._ring == queue.RING_START
+            sent = loop.time()
             claim = await queue.claim(
                 self.db,
                 owner=self.owner,
@@ -397,7 +412,9 @@ class Engine:
                 ring=self._ring,
                 finishing=self.recorder.finishing(),
             )
-            rows += claim.rows
+            self._claim_seconds.append(loop.time() - sent)
+            granted = sent + min(self._claim_seconds)  # when a grant may have come, at the latest
+            rows += [(row, granted) for row in claim.rows]
             self._ring = claim.ring
             if from_start or self._ring != queue.RING_START or len(rows) >= asked:
                 break
@@ -412,14 +429,22 @@ class Engine:
         metrics.ENGINE_LAST_CLAIM.set(time.time())
         # The claim's span (tracing on, something claimed) is its attempts' parent.
         parent = tracing.claimed(took, len(rows), asked) if tracing.ENABLED and rows else None
-        for row in rows:
-            self._start_attempt(row, parent)
+        for row, granted in rows:
+            send_by = None
+            if row.rate_limit is not None:
+                send_by = granted + rate_limits.grant_grace(row.rate_limit)
+            self._start_attempt(row, parent, send_by)
         return len(rows), asked
 
-    def _start_attempt(self, claimed: queue.Claimed, parent: tracing.Context | None = None) -> None:
+    def _start_attempt(
+        self,
+        claimed: queue.Claimed,
+        parent: tracing.Context | None = None,
+        send_by: float | None = None,
+    ) -> None:
         self._per_webhook[claimed.webhook_id] += 1
         self._limits[claimed.webhook_id] = claimed.max_concurrency
-        task = asyncio.create_task(self._attempt(claimed, parent))
+        task = asyncio.create_task(self._attempt(claimed, parent, send_by))
         self._in_flight[claimed.id] = task
 
     def _webhooks_at_limit(self) -> int:
@@ -430,11 +455,20 @@ class Engine:
 
     # -- one attempt ---------------------------------------------------------------------
 
-    async def _attempt(self, claimed: queue.Claimed, parent: tracing.Context | None = None) -> None:
+    async def _attempt(
+        self,
+        claimed: queue.Claimed,
+        parent: tracing.Context | None = None,
+        send_by: float | None = None,
+    ) -> None:
         """One attempt, always recorded: nothing raised while sending escapes this task (it
-        would leave the delivery leased, unrecorded, and claimed again forever)."""
+        would leave the delivery leased, unrecorded, and claimed again forever). A rate
+        limit's grant that cannot be sent by `send_by` (loop time) is no attempt: its lease
+        is handed back, the delivery due again (`_hand_back_grant`)."""
         started = time.perf_counter()
         try:
+            if self.before_send is not None:
+                await self.before_send(claimed)
             started_at = self.clock.now()
             lag = (started_at - claimed.due_at).total_seconds()
             span = (
@@ -458,7 +492,15 @@ class Engine:
                     claimed.payload,
                     claimed.custom_headers,
                     claimed.secret_values,
+                    send_by,
                 )
+            except TooLate:
+                assert send_by is not None
+                late = asyncio.get_running_loop().time() - send_by
+                await self._hand_back_grant(claimed, late)
+                if span is not None:
+                    tracing.attempt_ended(span, "not_sent", None, "rate limit grant expired")
+                return
             except Exception:
                 log.exception("engine.attempt_fault", delivery_id=claimed.id)
                 elapsed = int((time.perf_counter() - started) * 1000)
@@ -481,6 +523,19 @@ class Engine:
                 del self._per_webhook[claimed.webhook_id]
                 self._limits.pop(claimed.webhook_id, None)
             self.poke()
+
+    async def _hand_back_grant(self, claimed: queue.Claimed, late: float) -> None:
+        """A grant that came too late to send: the lease goes back, the delivery due now (it
+        waits for the bucket again; the token it took is lost, so the endpoint gets fewer
+        requests, never more). If the hand-back fails, the lease comes back with the next
+        reconciliation (RECONCILE_SECONDS)."""
+        self.grants_expired += 1
+        log.info("engine.rate_grant_expired", delivery_id=claimed.id,
+                 webhook_id=claimed.webhook_id, late_ms=round(late * 1000))  # fmt: skip
+        with contextlib.suppress(DispatcherError):
+            await queue.release(
+                self.db, owner=self.owner, delivery_ids=[claimed.id], now=self.clock.now()
+            )
 
     def _observe(
         self, claimed: queue.Claimed, outcome: Outcome, lag: float, finished: datetime

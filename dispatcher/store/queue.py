@@ -95,6 +95,10 @@ class Claimed(NamedTuple):
     # The values among them that are secret (`secretHeaders`): kept out of the attempt log.
     secret_values: tuple[str, ...] = ()
     in_lane: bool = False  # the head of an ordering lane: its settling moves the lane on
+    # Its endpoint's rate limit (requests a second), which granted it at the claim: it is sent
+    # at once or not at all (the engine hands back a grant it could not send in time:
+    # docs/delivery.md, "Rate limits"). None: no limit.
+    rate_limit: int | None = None
 
 
 # How many endpoints with due work a claim visits at least (more when it asks for more rows):
@@ -203,6 +207,7 @@ def _claimed(row: Record, now: datetime) -> Claimed:
         custom_headers=tuple(row["custom_headers"].items()),
         secret_values=tuple(row["secret_headers"].values()),
         in_lane=row["in_lane"],
+        rate_limit=row["rate_limit"],
     )
 
 

@@ -161,3 +161,48 @@ async def test_a_test_delivery_counts_against_the_limit(
     await make_engine(clock_=SystemClock())
     await wait_for(lambda: len(arrivals) == 2, within=10, message="both tests sent")
     assert arrivals[1] - arrivals[0] >= 0.9
+
+
+async def test_a_grant_sent_late_is_handed_back_and_no_window_holds_more(
+    client: TestClient[Any, Any], ws: Workspace, receiver: Receiver, db: Database,
+    make_engine: EngineFactory,
+) -> None:  # fmt: skip
+    """Two engines share a limit of 5 a second; one of them pauses for 1.5 s
+    between its claims and its sends (as a stalled process does), then sends what it was
+    granted meanwhile. At the receiver, after the first second, no 1-second window may hold
+    more than ceil(1.1 x 5) = 6 requests: the late grants are handed back, not sent, and
+    every delivery still arrives, once."""
+    rate, events = 5, 30
+    arrivals: list[float] = []
+    receiver.behaviours["/limited"] = stamped(arrivals)
+    hook = await subscribe(client, ws, receiver.url("/limited"), rateLimit=rate)
+    await bulk_publish(db, ws, events)
+    paused = await make_engine(clock_=SystemClock())
+    await make_engine(clock_=SystemClock())
+    loop = asyncio.get_running_loop()
+    pause: dict[str, float] = {}
+
+    async def stall(claimed: Any) -> None:
+        """From the engine's first second on, a pause of 1.5 s: every attempt it claimed
+        meanwhile waits for its end."""
+        if not pause:
+            pause["until"] = loop.time() + 1.0 + 1.5
+            pause["from"] = loop.time() + 1.0
+        if pause["from"] <= loop.time() < pause["until"]:
+            await asyncio.sleep(pause["until"] - loop.time())  # the stall being simulated
+
+    paused.before_send = stall
+    await wait_for(lambda: len(arrivals) >= events, within=30, message="every delivery sent")
+
+    async def all_delivered() -> bool:
+        rows = await deliveries(client, ws, hook["id"])
+        return len(rows) == events and all(d["status"] == "delivered" for d in rows)
+
+    await wait_for(all_delivered, message="each delivered")
+    seen = sorted(arrivals)
+    bound = -(-11 * rate // 10)
+    busiest = busiest_window(seen, seen[0] + 1.0, seen[-1])
+    print(f"\nbusiest window {busiest} (bound {bound}), handed back {paused.grants_expired}")
+    assert paused.grants_expired > 0  # the pause fell on grants
+    assert busiest <= bound
+    assert len(arrivals) == events  # none sent twice

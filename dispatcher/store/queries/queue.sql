@@ -39,7 +39,8 @@ SET LOCAL synchronous_commit = off
 -- is). A visited row whose event was expunged, or whose webhook is disabled or deleted, is
 -- given up instead. A fifo endpoint is claimed by one transaction at a time (`elsewhere`).
 -- Returns each leased row with all that sending it needs, its place in the deal (`deal`,
--- `ring_pos`) and whether its endpoint is fifo (`serialised`: `trim_serialised` follows), and
+-- `ring_pos`), whether its endpoint is fifo (`serialised`: `trim_serialised` follows) and
+-- its endpoint's rate limit, which granted it (`rate_limit`), and
 -- on every row (one row with the rest NULL when nothing was
 -- leased) the ring's last visited endpoint and how many it visited, so that the engine moves
 -- its cursor on.
@@ -295,7 +296,8 @@ WITH finishing AS (
               w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
               q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
               w.secret_headers, q.lane IS NOT NULL AS in_lane,
-              w.ordering = 'fifo' AS serialised, ranked.deal, ranked.ring_pos
+              w.ordering = 'fifo' AS serialised, ranked.rate_limit, ranked.deal,
+              ranked.ring_pos
 )
 -- Every leased row, with where the ring ended; one row of NULLs but those when none was.
 SELECT leased.*, ring_end.webhook_id AS ring_end, ring_end.visited
