@@ -4,31 +4,21 @@ and a slot is free as soon as its request ends, not when its result is written."
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from dispatcher.store import queue
 from dispatcher.store.database import Database
 from tests.conftest import MakeWorkspace, Workspace, wait_for
 from tests.engine.helpers import subscribe
-from tests.engine.test_concurrency import bulk_publish
+from tests.engine.test_concurrency import bulk_publish, slow_ok
 from tests.receiver import EngineFactory, Receiver
 
 LOUD_ENDPOINTS = 4
 LOUD_EVENTS = 200  # per endpoint: a backlog of 800 deliveries
-
-
-def slow_ok(delay: float) -> Any:
-    async def respond(request: web.Request) -> web.StreamResponse:
-        await asyncio.sleep(delay)
-        return web.Response(status=200)
-
-    return respond
 
 
 async def loud_backlog(
