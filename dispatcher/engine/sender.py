@@ -333,16 +333,13 @@ class Sender:
             extra = self._extra_lines(custom_headers)
         except InvalidHeader as exc:
             return done(CONNECTION_ERROR, None, f"{UNSENDABLE}: {exc}")
-        if self._client is None and send_by is not None:
-            if asyncio.get_running_loop().time() > send_by:
-                raise TooLate
         try:
             timestamp, signature = self._signed(delivery_id, secrets, body)
         except Exception:  # a secret that cannot key a signature: still a recorded attempt
             return done(CONNECTION_ERROR, None, http1.UNEXPECTED)
         if self._client is None:
             fields = {**self._headers(delivery_id, timestamp, signature), **dict(custom_headers)}
-            return await self._send_with_aiohttp(url, fields, body, done)
+            return await self._send_with_aiohttp(url, fields, body, done, send_by)
         try:
             headers = b"webhook-id: %b\r\nwebhook-timestamp: %d\r\nwebhook-signature: %b\r\n%b" % (
                 delivery_id.encode(),
@@ -366,11 +363,18 @@ class Sender:
         return _answered(done, status, retry_after, excerpt)
 
     async def _send_with_aiohttp(
-        self, url: str, headers: dict[str, str], body: bytes, done: _Finish
+        self,
+        url: str,
+        headers: dict[str, str],
+        body: bytes,
+        done: _Finish,
+        send_by: float | None = None,
     ) -> Outcome:
         # (The custom headers among `headers` were checked by `_extra_lines` already: no
         # custom name is one of ours.)
         assert self._session is not None
+        if send_by is not None and asyncio.get_running_loop().time() > send_by:
+            raise TooLate  # (checked before the connection here: aiohttp's is its own)
         try:
             async with self._session.post(
                 url, data=body, headers=headers, allow_redirects=False
