@@ -67,6 +67,25 @@ class Forbidden(DispatcherError):
 class DatabaseUnavailable(DispatcherError):
     """The database cannot be reached."""
 
+    def __init__(self, message: str | None = None, *, nothing_stored: bool = False) -> None:
+        super().__init__(message)
+        # Known to have stored nothing of the request's write (its commit was never sent,
+        # or was looked for and is not there): the answer can say so.
+        self.nothing_stored = nothing_stored
+
+
+class OutcomeUnknown(DatabaseUnavailable):
+    """The connection to the database was lost while this request's change was being
+    committed, and the database could not be reached to see whether it was kept: it may have
+    been. Retry with the same Idempotency-Key (a write without one: read before writing
+    again)."""
+
+    def __init__(self, message: str | None = None, *, backend_pid: int | None = None) -> None:
+        super().__init__(message)
+        # The server process of the lost connection (None: not known): until it has ended,
+        # it may still commit (store/database.py, `Database.settle`).
+        self.backend_pid = backend_pid
+
 
 class ConfigurationError(DispatcherError):
     """A setting is not valid."""

@@ -36,6 +36,7 @@ from dispatcher.errors import (
     IdempotencyKeyReused,
     InvalidCursor,
     NotFound,
+    OutcomeUnknown,
     Overloaded,
     Unauthorized,
     ValidationFailed,
@@ -46,8 +47,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 MAX_BODY_BYTES = 1024 * 1024
 REQUEST_ID_HEADER = "X-Request-Id"
-# Seconds a client is told to wait after a 503 (`unavailable`, `overloaded`): short, since
-# both pass quickly; a client that spreads its retries (jitter) helps the process recover.
+# Seconds a client is told to wait after a 503 (`unavailable`, `outcome_unknown`, `overloaded`):
+# short, since all pass quickly; a client that spreads its retries (jitter) helps the process
+# recover.
 RETRY_AFTER = "1"
 TRACE = web.RequestKey("trace", str)
 # What a request does while it waits for a body that had not arrived with its head (a slow
@@ -145,9 +147,15 @@ def from_domain(exc: DispatcherError) -> ApiError:
         return ApiError(403, "forbidden", exc.message)
     if isinstance(exc, Overloaded):
         return ApiError(503, "overloaded", exc.message, headers={"Retry-After": RETRY_AFTER})
+    if isinstance(exc, OutcomeUnknown):
+        # Not "unavailable": the write may have been stored (docs/api.md, "Answers lost with
+        # the connection"); the message says to retry with the same Idempotency-Key.
+        return ApiError(503, "outcome_unknown", exc.message, headers={"Retry-After": RETRY_AFTER})
     if isinstance(exc, DatabaseUnavailable):
-        return ApiError(503, "unavailable", "the service is temporarily unavailable; retry shortly",
-                        headers={"Retry-After": RETRY_AFTER})  # fmt: skip
+        message = "the service is temporarily unavailable; retry shortly"
+        if exc.nothing_stored:
+            message = "the database cannot be reached right now; nothing was stored: retry shortly"
+        return ApiError(503, "unavailable", message, headers={"Retry-After": RETRY_AFTER})
     return ApiError(500, "internal_error", "internal error; quote the trace id when reporting it")
 
 

@@ -106,7 +106,9 @@ ERRORS = {
     422: "the Idempotency-Key was already used with another request",
     503: "overloaded (the process has as many requests in progress as it takes, or no database "
     "connection came free in time) or the database is unavailable; nothing was changed; "
-    "`Retry-After` says when to retry",
+    "`Retry-After` says when to retry. Code `outcome_unknown`: the connection was lost while "
+    "the write was committing and it may have been stored: retry with the same "
+    "Idempotency-Key",
 }
 # The admin API's refusals that differ from a workspace route's (its routes are all keyed).
 ADMIN_ERRORS = {

@@ -3,6 +3,13 @@
 Nothing outside `store/` sees an asyncpg exception: a failure that means "the server is not
 there (right now)" becomes `DatabaseUnavailable` (the API answers 503 `unavailable` with
 `Retry-After`; the engine backs off), any other refusal becomes `StoreError`.
+
+One such failure is different: a connection lost while a commit was in flight (a
+transaction's COMMIT, or a statement that commits on its own, sent from `acquire(commits=
+True)`). The server may have committed and its answer been lost, so "unavailable" (read as
+"nothing was stored") would not be true: it becomes `OutcomeUnknown`, which a writer that
+chose its rows' ids before sending settles by looking on a fresh connection (`settle`).
+A connection lost before the COMMIT was sent stored nothing: `DatabaseUnavailable`.
 """
 
 from __future__ import annotations
@@ -11,16 +18,17 @@ import asyncio
 import contextlib
 import contextvars
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeAlias
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
 import asyncpg.pool
 import orjson
 import structlog
 
-from dispatcher.errors import DatabaseUnavailable, DispatcherError, Overloaded
+from dispatcher.errors import DatabaseUnavailable, DispatcherError, OutcomeUnknown, Overloaded
 from dispatcher.store.queries import Queries
 
 Record: TypeAlias = asyncpg.Record
@@ -34,6 +42,12 @@ class SQL(Queries, file="notifications.sql"):
     keepalive: str
     try_lead: str
 
+
+class ConnectionsSQL(Queries, file="connections.sql"):
+    end_backend: str
+
+
+T = TypeVar("T")
 
 # Errors that mean "the server is not there (right now)", as opposed to a bad statement.
 # TimeoutError (a connect or acquire that took too long) is an OSError since Python 3.3;
@@ -59,6 +73,18 @@ UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 # given up and the connection closed instead.
 RELEASE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 10.0
+# How long `settle` tries to see what a write whose commit lost its answer did (the request
+# waits that long at most, then answers 503 `outcome_unknown`), how long it waits between
+# tries, and how long each try waits for the lost connection's backend to end.
+SETTLE_TIMEOUT = 5.0
+SETTLE_RETRY = 0.2
+SETTLE_END_WAIT_MS = 1000
+
+LOST_COMMIT = (
+    "the connection to the database was lost while this request's change was being committed, "
+    "and the database could not be reached to see whether it was kept: it may have been. "
+    "Retry with the same Idempotency-Key"
+)
 
 # Whether the task (one API request) has committed a transaction: from then on its waits for a
 # connection are no longer bounded, so that it can never be refused after it changed something
@@ -71,6 +97,15 @@ def start_request() -> None:
     request starts: a server's connections run in a copy of the context the server was
     started in, and that process had committed (its schema, the demo) before it served."""
     _COMMITTED.set(False)
+
+
+@dataclass
+class _Commit:
+    """Whether a use's commit has been sent (from then on a lost connection leaves its
+    outcome unknown), and the server process that was to carry it out."""
+
+    sent: bool = False
+    backend_pid: int | None = None
 
 
 class StoreError(DispatcherError):
@@ -247,6 +282,7 @@ class Database:
         self._pool: asyncpg.Pool | None = None
         self._wake_channels: set[str] = set()
         self._waker: asyncio.Task[None] | None = None
+        self.settle_timeout = SETTLE_TIMEOUT
 
     @classmethod
     async def open(cls, url: str, *, min_size: int = 1, max_size: int = 10) -> Database:
@@ -335,7 +371,7 @@ class Database:
             log.debug("database.close_failed", error=type(exc).__name__)
 
     @asynccontextmanager
-    async def acquire(self) -> AsyncIterator[Connection]:
+    async def acquire(self, *, commits: bool = False) -> AsyncIterator[Connection]:
         """A connection of the pool, for the block.
 
         With `acquire_timeout`, a use that finds every connection taken waits at most that
@@ -343,7 +379,16 @@ class Database:
         wait only, before the connection is handed out, never to the work done with it. A
         task that has committed a transaction waits as long as it takes instead, so that a
         request is never refused after it changed something.
+
+        `commits`: the block sends one write that commits on its own (no transaction): once
+        the connection is lost its outcome is unknown, and it raises OutcomeUnknown instead
+        of DatabaseUnavailable (module docstring).
         """
+        async with self._use(_Commit(sent=commits)) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _use(self, commit: _Commit) -> AsyncIterator[Connection]:
         pool = self.pool
         await self._take_slot()
         try:
@@ -351,11 +396,16 @@ class Database:
                 conn = await pool.acquire()
             except DRIVER_ERRORS as exc:
                 raise translate(exc) from exc
+            if commit.sent:
+                commit.backend_pid = conn.get_server_pid()
             try:
                 yield conn
             except DRIVER_ERRORS as exc:
                 if is_unavailable(exc):
                     terminate(conn)
+                    if commit.sent:
+                        lost = OutcomeUnknown(LOST_COMMIT, backend_pid=commit.backend_pid)
+                        raise lost from exc
                 raise translate(exc) from exc
             finally:
                 await self._release(pool, conn)
@@ -394,12 +444,45 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
-        # A failed COMMIT or ROLLBACK reaches `acquire`, which closes a broken connection and
+        """A connection in a transaction, for the block: committed when it ends, rolled
+        back when it raises. A connection lost before the COMMIT was sent raises
+        DatabaseUnavailable (nothing was stored); lost once it was sent, OutcomeUnknown."""
+        # A failed COMMIT or ROLLBACK reaches `_use`, which closes a broken connection and
         # translates the error; a successful COMMIT is final whatever the release does.
-        async with self.acquire() as conn:
+        commit = _Commit()
+        async with self._use(commit) as conn:
             async with conn.transaction():
                 yield conn
+                # Reached only when the block ended without an error: the COMMIT goes next.
+                commit.backend_pid = conn.get_server_pid()
+                commit.sent = True
             _COMMITTED.set(True)
+
+    async def settle(self, lost: OutcomeUnknown, look: Callable[[Connection], Awaitable[T]]) -> T:
+        """What a write whose commit lost its answer did, seen on a fresh connection: what
+        `look` reads there (whether the write's rows are, by the ids chosen before it was
+        sent). First the lost connection's backend is ended, and waited for: until it is
+        gone it may still commit (bytes on their way, a commit in progress), so "not there"
+        would not be final; once it is gone, it is.
+
+        Tries for `settle_timeout` seconds (the pool opens new connections as the server
+        comes back), then raises `lost`: the outcome stays unknown.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settle_timeout
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline), self.acquire() as conn:
+                    if lost.backend_pid is None or await conn.fetchval(
+                        ConnectionsSQL.end_backend, lost.backend_pid, SETTLE_END_WAIT_MS
+                    ):
+                        return await look(conn)
+            except (DatabaseUnavailable, Overloaded, TimeoutError) as exc:
+                log.debug("database.settle_retry", error=type(exc).__name__)
+            left = deadline - loop.time()
+            if left <= 0:
+                raise lost
+            await asyncio.sleep(min(SETTLE_RETRY, left))
 
     @property
     def in_use(self) -> int:

@@ -17,6 +17,7 @@ import orjson
 
 from dispatcher import metrics, tracing
 from dispatcher.domain import ids
+from dispatcher.errors import DatabaseUnavailable, OutcomeUnknown
 from dispatcher.store.database import Connection, Database
 from dispatcher.store.idempotency import IDEMPOTENCY_WINDOW, check_replay
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
@@ -35,6 +36,7 @@ class SQL(Queries, file="events.sql"):
     find_idempotent_events: str
     events_page: str
     event: str
+    stored_payloads: str
 
 
 def _json(data: Mapping[str, Any]) -> str:
@@ -56,14 +58,16 @@ async def append_event(
     fingerprint: bytes | None = None,
     webhook_ids: Sequence[str] | None = None,
     ordering_key: str | None = None,
+    event_id: str | None = None,
 ) -> tuple[str, str, int]:
     """Store an event and fan it out (inside the caller's transaction, if it has one): to the
     subscriptions that hear it, or to `webhook_ids` alone when given (a webhook's test).
-    `ordering_key` is the event's ordering lane (a fifo subscription's).
+    `ordering_key` is the event's ordering lane (a fifo subscription's); `event_id` its id,
+    when the caller chose it (to look for it should the commit's answer be lost).
 
     Returns (event id, payload, deliveries created).
     """
-    event_id = ids.new_id(ids.EVENT)
+    event_id = event_id or ids.new_id(ids.EVENT)
     # One statement (one round trip; atomic on its own, so a caller without a transaction of
     # its own commits the event and its deliveries at once, or neither). The publish's span
     # (when tracing is on) is stored with the event: its attempts link to it.
@@ -109,18 +113,24 @@ class NewEvent:
 
 
 async def _append_many(
-    conn: Connection, events: Sequence[NewEvent], *, source: str, created_at: datetime
+    conn: Connection,
+    events: Sequence[NewEvent],
+    *,
+    source: str,
+    created_at: datetime,
+    event_ids: Sequence[str] | None = None,
 ) -> list[tuple[str, int]]:
     """Store a batch of events and fan each out, in one statement (schema.sql's
-    `dispatcher_append_events`; inside the caller's transaction, if it has one). Returns each
-    event's (payload, deliveries created), in the batch's order."""
+    `dispatcher_append_events`; inside the caller's transaction, if it has one), under
+    `event_ids` when the caller chose them. Returns each event's (payload, deliveries
+    created), in the batch's order."""
     if not events:
         return []
     # One span for the batch (when tracing is on), stored with each of its events.
     with tracing.publishing(source, None, events=len(events)) as publication:
         rows = await conn.fetch(
             SQL.append_events,
-            [ids.new_id(ids.EVENT) for _ in events],
+            list(event_ids) if event_ids else [ids.new_id(ids.EVENT) for _ in events],
             [event.workspace_id for event in events],
             [event.event_type for event in events],
             [event.number_id for event in events],
@@ -182,36 +192,73 @@ async def publish(
         event = NewEvent(workspace_id, event_type, number_id, data, ordering_key=ordering_key)
         return await _batcher(db).publish(event, now, partial(_write_gathering, db)), True
     # With a key, the lookup and the insert share a transaction under the key's advisory lock;
-    # without one, one statement (one round trip, one commit).
-    session = db.acquire() if idempotency_key is None else db.transaction()
-    async with session as conn:
-        if idempotency_key is not None:
-            await conn.execute(SQL.lock_idempotency_key, workspace_id, idempotency_key)
-            existing = await conn.fetchrow(
-                SQL.find_idempotent_event,
-                workspace_id,
-                idempotency_key,
-                now - IDEMPOTENCY_WINDOW,
+    # without one, one statement (one round trip, one commit). Its id is chosen here, so that
+    # it can be looked for should the commit's answer be lost.
+    event_id = ids.new_id(ids.EVENT)
+    session = db.acquire(commits=True) if idempotency_key is None else db.transaction()
+    replay: str | None = None
+    try:
+        async with session as conn:
+            if idempotency_key is not None:
+                await conn.execute(SQL.lock_idempotency_key, workspace_id, idempotency_key)
+                existing = await conn.fetchrow(
+                    SQL.find_idempotent_event,
+                    workspace_id,
+                    idempotency_key,
+                    now - IDEMPOTENCY_WINDOW,
+                )
+                if existing is not None:
+                    check_replay(existing["request_fingerprint"], fingerprint)
+                    replay = existing["payload"]
+                    return replay, False
+            _, payload, fanned = await append_event(
+                conn,
+                workspace_id=workspace_id,
+                event_type=event_type,
+                number_id=number_id,
+                data=data,
+                source="api",
+                created_at=now,
+                idempotency_key=idempotency_key,
+                fingerprint=fingerprint,
+                ordering_key=ordering_key,
+                event_id=event_id,
             )
-            if existing is not None:
-                check_replay(existing["request_fingerprint"], fingerprint)
-                return existing["payload"], False
-        _, payload, fanned = await append_event(
-            conn,
-            workspace_id=workspace_id,
-            event_type=event_type,
-            number_id=number_id,
-            data=data,
-            source="api",
-            created_at=now,
-            idempotency_key=idempotency_key,
-            fingerprint=fingerprint,
-            ordering_key=ordering_key,
-        )
+    except DatabaseUnavailable as exc:
+        if replay is not None:  # the answer was read; only its read-only COMMIT was lost
+            return replay, False
+        (payload,) = await _settle(db, exc, [event_id])
+        return payload, True
     if fanned:
         # Only deliveries are work for the engines: a publish nobody hears wakes nobody.
         db.wake(DELIVERIES_CHANNEL)
     return payload, True
+
+
+async def _settle(db: Database, exc: DatabaseUnavailable, event_ids: list[str]) -> list[str]:
+    """The payloads of `event_ids`, written by one write that failed with `exc`, when that
+    write was stored after all; else DatabaseUnavailable saying that nothing was stored.
+
+    Lost before its commit was sent (`exc` is no OutcomeUnknown), the write stored nothing.
+    Lost while its commit was in flight, it is looked for (Database.settle): all its events
+    are there or none (one commit); OutcomeUnknown again when the database cannot be
+    reached to look. A request is thus answered 202 for an event that is stored, and 503
+    `unavailable` only when it is not (docs/api.md, "Answers lost with the connection").
+    """
+    if isinstance(exc, OutcomeUnknown):
+
+        async def look(conn: Connection) -> dict[str, str]:
+            rows = await conn.fetch(SQL.stored_payloads, event_ids)
+            return {row["id"]: row["payload"] for row in rows}
+
+        stored = await db.settle(exc, look)
+        if stored:
+            if len(stored) != len(event_ids):  # cannot be (one commit): say what is known
+                raise exc
+            # It may have made deliveries (whether is not known here): waking costs a probe.
+            db.wake(DELIVERIES_CHANNEL)
+            return [stored[event_id] for event_id in event_ids]
+    raise DatabaseUnavailable(exc.message, nothing_stored=True) from exc
 
 
 # One batcher per pool (the statements it runs take that pool's connections).
@@ -233,8 +280,14 @@ async def _write_gathering(
     """The batcher's write: the gathered events in one statement, atomic on its own (one
     commit), at `created_at`; each one's payload, in order. The engines are woken when any
     made a delivery."""
-    async with db.acquire() as conn:
-        appended = await _append_many(conn, events, source="api", created_at=created_at)
+    event_ids = [ids.new_id(ids.EVENT) for _ in events]
+    try:
+        async with db.acquire(commits=True) as conn:
+            appended = await _append_many(
+                conn, events, source="api", created_at=created_at, event_ids=event_ids
+            )
+    except DatabaseUnavailable as exc:
+        return await _settle(db, exc, event_ids)
     if any(fanned for _, fanned in appended):
         db.wake(DELIVERIES_CHANNEL)
     return [payload for payload, _ in appended]
@@ -255,22 +308,37 @@ async def publish_batch(
     keys = [event.idempotency_key for event in events if event.idempotency_key is not None]
     # As `publish`: without a key, one statement (atomic on its own); with keys, the lookup and
     # the insert share a transaction under every key's advisory lock, the one `publish` takes.
-    session = db.acquire() if not keys else db.transaction()
+    # Ids chosen here, to look for them should the commit's answer be lost.
+    session = db.acquire(commits=True) if not keys else db.transaction()
+    event_ids = [ids.new_id(ids.EVENT) for _ in events]
     replayed: dict[int, str] = {}
-    async with session as conn:
-        if keys:
-            await conn.execute(SQL.lock_idempotency_keys, workspace_id, keys)
-            found = await conn.fetch(
-                SQL.find_idempotent_events, workspace_id, keys, now - IDEMPOTENCY_WINDOW
+    new = list(range(len(events)))
+    try:
+        async with session as conn:
+            if keys:
+                await conn.execute(SQL.lock_idempotency_keys, workspace_id, keys)
+                found = await conn.fetch(
+                    SQL.find_idempotent_events, workspace_id, keys, now - IDEMPOTENCY_WINDOW
+                )
+                first = {row["idempotency_key"]: row for row in found}
+                for item, event in enumerate(events):
+                    key = event.idempotency_key
+                    existing = first.get(key) if key else None
+                    if existing is not None:
+                        check_replay(existing["request_fingerprint"], event.fingerprint, item=item)
+                        replayed[item] = existing["payload"]
+            new = [item for item in range(len(events)) if item not in replayed]
+            appended = await _append_many(
+                conn,
+                [events[item] for item in new],
+                source="api",
+                created_at=now,
+                event_ids=[event_ids[item] for item in new],
             )
-            first = {row["idempotency_key"]: row for row in found}
-            for item, event in enumerate(events):
-                existing = first.get(event.idempotency_key) if event.idempotency_key else None
-                if existing is not None:
-                    check_replay(existing["request_fingerprint"], event.fingerprint, item=item)
-                    replayed[item] = existing["payload"]
-        new = [event for item, event in enumerate(events) if item not in replayed]
-        appended = await _append_many(conn, new, source="api", created_at=now)
+    except DatabaseUnavailable as exc:
+        # Every event replayed: the answer was read; only its read-only COMMIT was lost.
+        payloads = await _settle(db, exc, [event_ids[item] for item in new]) if new else []
+        appended = [(payload, 0) for payload in payloads]
     if any(fanned for _, fanned in appended):
         db.wake(DELIVERIES_CHANNEL)
     made = iter(appended)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from dispatcher.domain import ids, resources
 from dispatcher.domain.enums import CallStatus, ConversationItemKind, Direction, MessageStatus
 from dispatcher.domain.resources import MessageMedia
+from dispatcher.errors import DatabaseUnavailable, OutcomeUnknown
 from dispatcher.store import conversations
 from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.events import NewEvent, append_event, append_events
@@ -129,22 +130,43 @@ async def create_outgoing(
     touch = _touch(
         workspace_id, number_id, to_number, now, ConversationItemKind.SMS_MESSAGE, incoming=False
     )
-    item = (ids.new_id(ids.MESSAGE), from_number, text, carrier_due_at, idempotency_key,
-            fingerprint)  # fmt: skip
-    if idempotency_key is None:
-        async with db.acquire() as conn:
+    message_id = ids.new_id(ids.MESSAGE)  # chosen here: looked for if the commit's answer is lost
+    item = (message_id, from_number, text, carrier_due_at, idempotency_key, fingerprint)
+    try:
+        if idempotency_key is None:
+            async with db.acquire(commits=True) as conn:
+                return await _create(conn, MessageRow, CREATE_OUTGOING, touch, item), True
+        async with db.transaction() as conn:
+            await conn.execute(SQL.lock_idempotency_key, workspace_id, idempotency_key)
+            existing = await conn.fetchrow(
+                SQL.find_idempotent_message, workspace_id, idempotency_key, now - IDEMPOTENCY_WINDOW
+            )
+            if existing is not None:
+                check_replay(existing["request_fingerprint"], fingerprint)
+                first = await fetch_row(conn, SQL.message, MessageRow, workspace_id, existing["id"])
+                if first is not None:
+                    return first, False
             return await _create(conn, MessageRow, CREATE_OUTGOING, touch, item), True
-    async with db.transaction() as conn:
-        await conn.execute(SQL.lock_idempotency_key, workspace_id, idempotency_key)
-        existing = await conn.fetchrow(
-            SQL.find_idempotent_message, workspace_id, idempotency_key, now - IDEMPOTENCY_WINDOW
-        )
-        if existing is not None:
-            check_replay(existing["request_fingerprint"], fingerprint)
-            first = await fetch_row(conn, SQL.message, MessageRow, workspace_id, existing["id"])
-            if first is not None:
-                return first, False
-        return await _create(conn, MessageRow, CREATE_OUTGOING, touch, item), True
+    except DatabaseUnavailable as exc:
+        return await _settle(db, exc, workspace_id, message_id), True
+
+
+async def _settle(
+    db: Database, exc: DatabaseUnavailable, workspace_id: str, message_id: str
+) -> MessageRow:
+    """The message `message_id`, when the write that failed with `exc` stored it after all;
+    else DatabaseUnavailable saying that nothing was stored (events.py's `_settle`, for a
+    message: lost before its commit was sent, nothing was; lost while it was in flight, it is
+    looked for, and OutcomeUnknown again when the database cannot be reached to look)."""
+    if isinstance(exc, OutcomeUnknown):
+
+        async def look(conn: Connection) -> MessageRow | None:
+            return await fetch_row(conn, SQL.message, MessageRow, workspace_id, message_id)
+
+        stored = await db.settle(exc, look)
+        if stored is not None:
+            return stored
+    raise DatabaseUnavailable(exc.message, nothing_stored=True) from exc
 
 
 async def create_incoming(

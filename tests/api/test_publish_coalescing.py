@@ -117,6 +117,10 @@ async def test_a_database_outage_during_a_shared_commit_answers_503_to_each_and_
     client: TestClient[Any, Any], ws: Workspace, db: Database, database_url: str
 ) -> None:
     before = await batches(client)
+    # A statement ended while it ran might have committed: the service looks for its events
+    # (store/database.py, `settle`), which the lock below keeps it from seeing; it gives up
+    # after this long, and says the outcome is unknown.
+    db.settle_timeout = 0.5
     # Hold the events table, so that the publishes' statements wait in the database; then
     # drop every connection of the service that waits there, as a failing server would.
     holder = await asyncpg.connect(database_url)
@@ -152,7 +156,10 @@ async def test_a_database_outage_during_a_shared_commit_answers_503_to_each_and_
     for status, raw in answers:
         assert status == 503, raw
         error = orjson.loads(raw)
-        assert error["code"] == "unavailable"
+        # Each statement was ended while it ran (it may have committed, as far as the service
+        # can tell), and the locked table cannot be read to look: the outcome is unknown to
+        # it, and says so. (Found not stored, it would be `unavailable`.)
+        assert error["code"] in {"unavailable", "outcome_unknown"}
     assert await stored(db) == {}
     after = await batches(client)
     assert after[1] - before[1] == 40

@@ -6,19 +6,28 @@ on that path only. `close()` is a server that is down (every connection dropped,
 refused), `cut()` a restart as clients see it (connections dropped, new ones accepted), and
 `cut_after_commit` drops a connection right after it carried a COMMIT's answer: the first
 thing the client sends next (asyncpg's reset when the pool takes the connection back) never
-arrives. The upstream is the server's TCP address, or its unix socket (the embedded
-pgserver's default).
+arrives. `lose_answer_to` loses the answer to a write that the server carried out: the first
+connection whose client sends the given bytes (a COMMIT, or a statement that commits on its
+own) passes them on, then the server's answer up to its CommandComplete and ReadyForQuery is
+held and the connection dropped instead (the server has committed; the client never hears
+it). The upstream is the server's TCP address, or its unix socket (the embedded pgserver's
+default).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 COMMIT_COMPLETE = b"COMMIT\x00"  # the tag of a CommandComplete message for COMMIT
+COMMIT = b"COMMIT;\x00"  # the simple query asyncpg sends to commit a transaction
+# The end of a statement's execution (CommandComplete, or PortalSuspended when the client asked
+# for a row only, as fetchrow does), and the ReadyForQuery that follows it.
+COMPLETE, READY_FOR_QUERY = {ord("C"), ord("s")}, ord("Z")
 
 
 @dataclass(eq=False)
@@ -27,6 +36,11 @@ class _Link:
     server: asyncio.StreamWriter
     committed: bool = False  # a COMMIT's answer went to the client; cut on its next word
     tail: bytes = field(default=b"")
+    sent_tail: bytes = field(default=b"")
+    statement: bytes | None = None  # the prepared statement that carries `lose_answer_to`
+    doomed: bool = False  # its client sent `lose_answer_to`: the answer is to be lost
+    completed: bool = False  # a statement's execution ended since (held, never passed)
+    held: bytes = field(default=b"")  # the server's bytes not yet passed, while doomed
 
     def abort(self) -> None:
         for writer in (self.client, self.server):
@@ -48,6 +62,9 @@ class Forwarder:
         self.cut_after_commit = False
         self.cuts_after_commit = 0
         self.connections = 0  # accepted in all
+        self.lose_answer_to: bytes | None = None
+        self.down_after_loss = False  # after losing that answer, the server is down too
+        self.answers_lost = 0
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
         self._flowing = asyncio.Event()  # cleared: a partition (bytes are held, not passed)
@@ -122,6 +139,13 @@ class Forwarder:
                 if upstream and link.committed:
                     self.cuts_after_commit += 1
                     break
+                if upstream and self.lose_answer_to is not None:
+                    self._watch_for_write(link, data)
+                if not upstream and link.doomed:
+                    if self._lose_answer(link, data):
+                        break
+                    await target.drain()
+                    continue
                 if not upstream:
                     if self.cut_after_commit and COMMIT_COMPLETE in link.tail + data:
                         self.cut_after_commit = False  # once
@@ -130,6 +154,59 @@ class Forwarder:
                 target.write(data)
                 await target.drain()
         link.abort()  # either side gone: both gone
+
+    def _watch_for_write(self, link: _Link, data: bytes) -> None:
+        """Dooms the link once its client sends the write `lose_answer_to` names: at once
+        for a simple query (COMMIT), at the statement's execution (its Bind) for one it
+        prepares first (asyncpg: Parse with a statement name, then perhaps type look-ups
+        of its own on the connection, then Bind and Execute)."""
+        marker = self.lose_answer_to
+        assert marker is not None
+        sent = link.sent_tail + data
+        link.sent_tail = data[-1024:]
+        if link.statement is None and marker in sent:
+            if marker == COMMIT:
+                self.lose_answer_to = None  # once
+                link.doomed = True
+                return
+            before = sent[: sent.index(marker)]
+            names = re.findall(rb"(__asyncpg_stmt_[0-9a-f_]+__)\x00", before)
+            assert names, "the write is sent as a named prepared statement"
+            link.statement = names[-1]
+        # A Bind to the statement (the unnamed portal): B, its length, "\0", the name, "\0".
+        if link.statement and re.search(
+            rb"B.{4}\x00" + re.escape(link.statement) + rb"\x00", sent, re.DOTALL
+        ):
+            self.lose_answer_to = None  # once
+            link.doomed = True
+
+    def _lose_answer(self, link: _Link, data: bytes) -> bool:
+        """The server's answers on a doomed link, message by message (each a type byte and
+        a length): passed on until a statement's execution ends (CommandComplete), then
+        held; at the ReadyForQuery that follows (the write is committed by then, a
+        statement's implicit transaction too) the connection is dropped. Whether it was."""
+        link.held += data
+        passed = bytearray()
+        while len(link.held) >= 5:
+            size = 1 + int.from_bytes(link.held[1:5], "big")
+            if len(link.held) < size:
+                break
+            kind, message = link.held[0], link.held[:size]
+            link.held = link.held[size:]
+            if kind in COMPLETE:
+                link.completed = True
+            if link.completed and kind == READY_FOR_QUERY:
+                self.answers_lost += 1
+                if self.down_after_loss and self._server is not None:
+                    self._server.close()  # new connections refused from now on
+                    self._server = None
+                    self.cut()
+                return True
+            if not link.completed:
+                passed += message
+        if passed:
+            link.client.write(bytes(passed))
+        return False
 
 
 @contextlib.asynccontextmanager

@@ -92,6 +92,7 @@ def test_each_file_is_bound_once() -> None:
             find_idempotent_events: str
             events_page: str
             event: str
+            stored_payloads: str
 
     assert SQL.file == "events.sql"
 

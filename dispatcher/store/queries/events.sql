@@ -60,3 +60,8 @@ SELECT id, type, payload, created_at, expunged_at IS NOT NULL AS expunged,
 SELECT id, type, payload, created_at, expunged_at IS NOT NULL AS expunged,
        ordering_key FROM events
 WHERE workspace_id = $1 AND id = $2 AND type <> 'webhook.test'
+
+-- name: stored_payloads
+-- The id and payload of each of the events $1 that is stored: after a write whose commit lost
+-- its answer, whether it was kept (store/events.py, `_settle`).
+SELECT id, payload FROM events WHERE id = ANY ($1::text[])
