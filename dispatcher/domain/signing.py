@@ -6,6 +6,7 @@ import base64
 import hmac
 import secrets
 from collections.abc import Sequence
+from datetime import datetime
 
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32  # within Standard Webhooks' 24..64
@@ -30,6 +31,18 @@ def check_secret(secret: str) -> str:
     if not 24 <= len(key) <= 64:
         raise ValueError("expected a key of 24 to 64 bytes")
     return secret
+
+
+def signing_secrets(
+    secret: str, previous: str | None, previous_expires_at: datetime | None, now: datetime
+) -> list[str]:
+    """The secrets that sign an endpoint's requests at `now`: its secret, and the one it
+    replaced until that one's grace ends (strictly before `previous_expires_at`). The demo
+    receiver's statement says the same in SQL (queries/webhooks.sql `demo_secrets`;
+    tests/store/test_facts_agree.py keeps the two equal)."""
+    if previous and previous_expires_at is not None and previous_expires_at > now:
+        return [secret, previous]
+    return [secret]
 
 
 def secret_key(secret: str) -> bytes:

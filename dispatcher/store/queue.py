@@ -42,6 +42,7 @@ from dispatcher.domain.outcomes import (
     GiveUpReason,
     RetryAt,
 )
+from dispatcher.domain.signing import signing_secrets
 from dispatcher.store import operational, stats, webhooks
 from dispatcher.store.database import Connection, Database, Record
 from dispatcher.store.queries import Queries
@@ -187,10 +188,9 @@ async def claim(
 
 
 def _claimed(row: Record, now: datetime) -> Claimed:
-    secrets_ = [row["secret"]]
-    expires = row["previous_secret_expires_at"]
-    if row["previous_secret"] and expires is not None and expires > now:
-        secrets_.append(row["previous_secret"])
+    secrets_ = signing_secrets(
+        row["secret"], row["previous_secret"], row["previous_secret_expires_at"], now
+    )
     return Claimed(
         id=row["delivery_id"],
         webhook_id=row["webhook_id"],
