@@ -61,7 +61,7 @@ def no_secret_in_any_log() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 async def no_process_left_behind() -> AsyncIterator[None]:
     """A test that fails half-way must not leave dispatcher processes running."""
-    from tests.e2e.test_process import STARTED
+    from tests.processes import STARTED
 
     yield
     while STARTED:

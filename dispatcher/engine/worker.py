@@ -122,6 +122,8 @@ class Engine:
         self._wake = asyncio.Event()
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
+        # Held by name: `stop` waits for the claim loop to end before anything else.
+        self._claim_loop: asyncio.Task[None] | None = None
         self._db_healthy = True
         self.reconcile_every = RECONCILE_SECONDS
         self._reconcile_at = 0.0  # loop time; 0: at the first claim, and after a failed one
@@ -149,9 +151,10 @@ class Engine:
         # beat later; a failure here is the heartbeat's to retry.
         with contextlib.suppress(DispatcherError):
             await self._take_over()
+        self._claim_loop = asyncio.create_task(self._loop(), name="engine-claim-loop")
         self._tasks = [
             asyncio.create_task(self.recorder.run(), name="engine-recorder"),
-            asyncio.create_task(self._loop(), name="engine-claim-loop"),
+            self._claim_loop,
             asyncio.create_task(self._heartbeat(), name="engine-heartbeat"),
         ]
         if self.listener is not None:
@@ -173,10 +176,9 @@ class Engine:
         self.poke()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.shutdown_timeout
-        claim_loop = self._tasks[1] if len(self._tasks) > 1 else None
-        if claim_loop is not None:
+        if self._claim_loop is not None:
             with contextlib.suppress(asyncio.CancelledError):
-                await claim_loop
+                await self._claim_loop
         attempts = list(self._in_flight.values())
         if attempts:
             await asyncio.wait(attempts, timeout=max(deadline - loop.time(), 0))
@@ -444,7 +446,10 @@ class Engine:
     ) -> None:
         self._per_webhook[claimed.webhook_id] += 1
         self._limits[claimed.webhook_id] = claimed.max_concurrency
-        task = asyncio.create_task(self._attempt(claimed, parent, send_by))
+        # Named after its delivery, so a task dump taken in a hang or a leak says which one.
+        task = asyncio.create_task(
+            self._attempt(claimed, parent, send_by), name=f"engine-attempt {claimed.id}"
+        )
         self._in_flight[claimed.id] = task
 
     def _webhooks_at_limit(self) -> int:

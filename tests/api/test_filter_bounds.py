@@ -24,13 +24,7 @@ from dispatcher.domain.payload_filter import (
 )
 from dispatcher.store import webhooks
 from dispatcher.store.database import Database
-from tests.api.test_payload_filter import (
-    URL,
-    delivered_ids,
-    filter_test,
-    publish,
-    subscribe,
-)
+from tests.api.payload_filters import URL, delivered_ids, filter_test, publish, subscribe
 from tests.conftest import Workspace
 
 A = MAX_FILTER_ARRAY_ELEMENTS

@@ -9,7 +9,6 @@ client library would not send half a head), and short bounds set through the set
 from __future__ import annotations
 
 import asyncio
-import resource
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -28,16 +27,15 @@ from dispatcher.store import workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.key_cache import KeyCache
 from tests.conftest import ADMIN_HEADERS, Workspace, wait_for
+from tests.slow_clients import HALF_HEAD, SLOW_CONNECTIONS, enough_open_files
 
 Client = TestClient[Any, Any]
 MakeClient = Callable[..., Awaitable[Client]]
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
-SLOW_CONNECTIONS = 2000
 # How long another client's request may take while the slow ones are open: far above a
 # normal answer on loopback, far below any of the timeouts the slow ones wait for.
 PROMPT = 1.0
-HALF_HEAD = b"GET /v1/me HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
 
 
 @pytest.fixture
@@ -66,18 +64,6 @@ async def sockets() -> AsyncIterator[list[Stream]]:
     yield opened
     for _, writer in opened:
         writer.close()
-
-
-def enough_open_files(needed: int) -> None:
-    """Both ends of every connection live in this process: raise the soft open-file limit
-    (never above the hard one) so that the test measures the server, not the limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        ceiling = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
-        soft = ceiling
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        pytest.skip(f"the open-file limit ({soft}) is below the {needed} this test needs")
 
 
 def admission(client: Client) -> Admission:

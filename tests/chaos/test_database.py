@@ -11,9 +11,8 @@ from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.clock import SystemClock
 from dispatcher.store.database import Database
-from tests.chaos.test_processes import delivered_count, slow_ok, webhooks_for
 from tests.conftest import Workspace, wait_for
-from tests.engine.test_concurrency import bulk_publish
+from tests.engine.helpers import bulk_publish, delivered_count, slow_ok, webhooks_for
 from tests.receiver import EngineFactory, Receiver
 
 

@@ -23,8 +23,7 @@ from dispatcher.engine.worker import Engine
 from dispatcher.settings import Settings
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
-from tests.engine.helpers import subscribe
-from tests.engine.test_concurrency import bulk_publish
+from tests.engine.helpers import bulk_publish, subscribe
 from tests.receiver import Receiver
 
 WEBHOOKS = 6

@@ -10,8 +10,8 @@ import signal
 import orjson
 
 from tests.chaos.forwarder import forwarding
-from tests.chaos.test_stalls import Worker
 from tests.conftest import wait_for
+from tests.processes import Worker
 
 
 async def test_library_errors_are_json_lines_too(database_url: str) -> None:

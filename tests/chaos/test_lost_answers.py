@@ -17,7 +17,6 @@ from aiohttp.test_utils import TestClient
 
 from dispatcher.store.database import Database
 from tests.chaos.forwarder import COMMIT, Forwarder
-from tests.chaos.test_outages import api, forwarder, via_forwarder  # noqa: F401 (fixtures)
 from tests.conftest import Workspace
 
 EVENT = {"type": "contact.updated", "data": {"id": "CT1"}}
@@ -39,8 +38,8 @@ async def count(db: Database, sql: str, *args: Any) -> int:
     ids=["keyed-transaction", "statement-without-key"],
 )
 async def test_a_published_event_whose_commit_answer_was_lost_answers_202(
-    forwarder: Forwarder,  # noqa: F811
-    api: TestClient[Any, Any],  # noqa: F811
+    forwarder: Forwarder,
+    api: TestClient[Any, Any],
     ws: Workspace,
     db: Database,
     key: str | None,
@@ -59,8 +58,8 @@ async def test_a_published_event_whose_commit_answer_was_lost_answers_202(
 
 
 async def test_a_batch_whose_commit_answer_was_lost_answers_202_with_every_event(
-    forwarder: Forwarder,  # noqa: F811
-    api: TestClient[Any, Any],  # noqa: F811
+    forwarder: Forwarder,
+    api: TestClient[Any, Any],
     ws: Workspace,
     db: Database,
 ) -> None:
@@ -83,8 +82,8 @@ async def test_a_batch_whose_commit_answer_was_lost_answers_202_with_every_event
     ids=["keyed-transaction", "statement-without-key"],
 )
 async def test_a_sent_message_whose_commit_answer_was_lost_answers_202(
-    forwarder: Forwarder,  # noqa: F811
-    api: TestClient[Any, Any],  # noqa: F811
+    forwarder: Forwarder,
+    api: TestClient[Any, Any],
     ws: Workspace,
     db: Database,
     key: str | None,
@@ -104,9 +103,9 @@ async def test_a_sent_message_whose_commit_answer_was_lost_answers_202(
 
 @pytest.mark.parametrize("marker", [COMMIT, APPEND_EVENTS], ids=["transaction", "statement"])
 async def test_a_lost_commit_answer_that_cannot_be_checked_is_outcome_unknown(
-    forwarder: Forwarder,  # noqa: F811
-    via_forwarder: Database,  # noqa: F811
-    api: TestClient[Any, Any],  # noqa: F811
+    forwarder: Forwarder,
+    via_forwarder: Database,
+    api: TestClient[Any, Any],
     ws: Workspace,
     db: Database,
     marker: bytes,
@@ -134,9 +133,9 @@ async def test_a_lost_commit_answer_that_cannot_be_checked_is_outcome_unknown(
 
 @pytest.mark.parametrize("down", [False, True], ids=["reachable", "unreachable"])
 async def test_a_connection_lost_before_the_commit_stored_nothing_and_says_so(
-    forwarder: Forwarder,  # noqa: F811
-    via_forwarder: Database,  # noqa: F811
-    api: TestClient[Any, Any],  # noqa: F811
+    forwarder: Forwarder,
+    via_forwarder: Database,
+    api: TestClient[Any, Any],
     ws: Workspace,
     db: Database,
     down: bool,

@@ -12,51 +12,19 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from dispatcher.api.app import create_app
-from dispatcher.api.context import Services
-from dispatcher.domain.clock import FakeClock
 from dispatcher.errors import DatabaseUnavailable
-from dispatcher.settings import Settings
-from dispatcher.store import workspaces
 from dispatcher.store.database import Database
-from tests.chaos.forwarder import Forwarder, forwarding
-from tests.chaos.test_processes import webhooks_for
+from tests.chaos.forwarder import Forwarder
 from tests.conftest import Workspace, wait_for
-from tests.e2e.test_process import start
-from tests.engine.test_concurrency import bulk_publish
+from tests.engine.helpers import bulk_publish, webhooks_for
+from tests.processes import start
 from tests.receiver import Receiver
-
-
-@pytest.fixture
-async def forwarder(database_url: str) -> AsyncIterator[Forwarder]:
-    async with forwarding(database_url) as fwd:
-        yield fwd
-
-
-@pytest.fixture
-async def via_forwarder(forwarder: Forwarder) -> AsyncIterator[Database]:
-    """A pool whose every connection goes through the forwarder."""
-    database = await Database.open(forwarder.url, min_size=1, max_size=8)
-    yield database
-    await database.close()
-
-
-@pytest.fixture
-async def api(
-    via_forwarder: Database, settings: Settings, clock: FakeClock
-) -> AsyncIterator[TestClient[Any, Any]]:
-    """The real API, served on loopback, on the pool that goes through the forwarder."""
-    key = await workspaces.instance_secret(via_forwarder, "cursor")
-    services = Services(db=via_forwarder, settings=settings, clock=clock, cursor_key=key)
-    async with TestClient(TestServer(create_app(services), host="127.0.0.1")) as client:
-        yield client
 
 
 def json_lines(raw: bytes) -> list[dict[str, Any]]:

@@ -8,37 +8,12 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections import Counter
-from typing import Any
-
-from aiohttp import web
 
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
-from tests.e2e.test_process import start
-from tests.engine.test_concurrency import bulk_publish
+from tests.engine.helpers import bulk_publish, delivered_count, slow_ok, webhooks_for
+from tests.processes import FAST_LEASE, start
 from tests.receiver import Receiver
-
-FAST_LEASE = {"DISPATCHER_REQUEST_TIMEOUT": "1", "DISPATCHER_HEARTBEAT_TIMEOUT": "1",
-              "DISPATCHER_LOG_LEVEL": "warning", "DISPATCHER_POLL_INTERVAL": "0.1"}  # fmt: skip
-
-
-async def webhooks_for(db: Database, ws: Workspace, receiver: Receiver, n: int) -> None:
-    async with db.acquire() as conn:
-        await conn.execute(
-            "INSERT INTO webhooks (id, workspace_id, url, events, secret, max_concurrency) "
-            "SELECT 'WH' || g, $1, $2 || g, '{contact.updated}', "
-            "'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 20 FROM generate_series(1, $3) g",
-            ws.id,
-            receiver.url("/h"),
-            n,
-        )
-
-
-async def delivered_count(db: Database) -> int:
-    async with db.acquire() as conn:
-        return int(
-            await conn.fetchval("SELECT count(*) FROM deliveries WHERE status = 'delivered'")
-        )
 
 
 async def leased_ids(db: Database) -> set[str]:
@@ -47,14 +22,6 @@ async def leased_ids(db: Database) -> set[str]:
             "SELECT delivery_id AS id FROM delivery_queue WHERE lease_owner IS NOT NULL"
         )
     return {r["id"] for r in rows}
-
-
-def slow_ok(delay: float) -> Any:
-    async def respond(request: web.Request) -> web.StreamResponse:
-        await asyncio.sleep(delay)
-        return web.Response(status=200)
-
-    return respond
 
 
 async def test_kill_nine_mid_drain_loses_nothing(

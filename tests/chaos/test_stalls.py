@@ -7,23 +7,17 @@ engine must never be taken for dead (which would send its deliveries twice)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
 
-import orjson
 import pytest
 
 from dispatcher.store.database import Database
-from tests.chaos.forwarder import Forwarder, forwarding
-from tests.chaos.test_processes import delivered_count, slow_ok, webhooks_for
+from tests.chaos.forwarder import Forwarder
 from tests.conftest import Workspace, wait_for
-from tests.e2e.test_process import start
-from tests.engine.test_concurrency import bulk_publish
+from tests.engine.helpers import bulk_publish, delivered_count, slow_ok, webhooks_for
+from tests.processes import Worker
 from tests.receiver import Receiver
 
 HEARTBEAT_TIMEOUT = 2.0
@@ -45,48 +39,6 @@ WHERE a.state = 'idle in transaction' AND a.application_name = 'dispatcher'
   AND EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
               WHERE l.pid = a.pid AND c.relname = 'delivery_attempts')
 """
-
-
-@dataclass
-class Worker:
-    """A `dispatcher worker` whose stderr is read as it comes (a full pipe would stall it)."""
-
-    proc: asyncio.subprocess.Process
-    lines: list[bytes] = field(default_factory=list)
-    reader: asyncio.Task[None] | None = None
-
-    @classmethod
-    async def start(cls, database_url: str, **env: str) -> Worker:
-        worker = cls(await start(database_url, "worker", **env))
-        worker.reader = asyncio.create_task(worker._read())
-        return worker
-
-    async def _read(self) -> None:
-        assert self.proc.stderr is not None
-        while line := await self.proc.stderr.readline():
-            self.lines.append(line)
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.lines:
-            with contextlib.suppress(orjson.JSONDecodeError):
-                event = orjson.loads(line)
-                if isinstance(event, dict) and event.get("event") == name:
-                    found.append(event)
-        return found
-
-    async def owner(self) -> str:
-        await wait_for(lambda: bool(self.events("engine.started")), within=30, message="start")
-        return str(self.events("engine.started")[0]["owner"])
-
-    async def stop(self) -> int:
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.send_signal(signal.SIGTERM)
-        code = await asyncio.wait_for(self.proc.wait(), timeout=30)
-        if self.reader is not None:
-            await asyncio.wait_for(self.reader, timeout=5)
-        return code
 
 
 async def record_stalled(db: Database) -> bool:
@@ -121,12 +73,6 @@ async def beat_age(db: Database, owner: str) -> float:
             owner,
         )
     return float("inf") if age is None else float(age)
-
-
-@pytest.fixture
-async def forwarder(database_url: str) -> AsyncIterator[Forwarder]:
-    async with forwarding(database_url) as fwd:
-        yield fwd
 
 
 @pytest.mark.parametrize("stall", ["sigstop", "partition"])

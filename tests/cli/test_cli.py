@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 
 from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
-
-
-async def cli(database_url: str, *args: str) -> tuple[int, str, str]:
-    env = {**os.environ, "DATABASE_URL": database_url, "DISPATCHER_LOG_LEVEL": "warning"}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "dispatcher", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+from tests.processes import cli
 
 
 async def test_create_workspace_number_and_key(database_url: str, db: Database) -> None:

@@ -36,7 +36,7 @@ from dispatcher.store.database import Database
 from dispatcher.store.embedded import start_embedded, stop_embedded
 from tests.browser import DESKTOP, Browser, start_chromium
 from tests.conftest import wait_for, with_database
-from tests.e2e.test_process import free_port, read_until, start, stop
+from tests.processes import free_port, read_until, start, stop
 from tests.records import attempt_result
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "console.png"

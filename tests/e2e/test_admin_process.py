@@ -12,7 +12,7 @@ import pytest
 
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
-from tests.e2e.test_process import free_port, read_until, start, stop, until_ready
+from tests.processes import free_port, read_until, start, stop, until_ready
 
 TOKEN = "e2e-admin-token-" + "fedcba9876543210" * 2
 

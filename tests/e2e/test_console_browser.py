@@ -23,7 +23,7 @@ from dispatcher.store import workspaces
 from dispatcher.store.database import Database
 from tests.browser import PHONE, Browser
 from tests.conftest import wait_for
-from tests.e2e.test_process import free_port, read_until, start, stop, until_ready
+from tests.processes import free_port, read_until, start, stop, until_ready
 from tests.receiver import Receiver, answer
 
 T = TypeVar("T")

@@ -17,7 +17,7 @@ import aiohttp
 from dispatcher.settings import Settings
 from dispatcher.store.database import Database
 from tests.conftest import wait_for
-from tests.e2e.test_process import free_port, start, stop, until_ready
+from tests.processes import free_port, start, stop, until_ready
 from tests.receiver import Receiver
 
 HINT = "(set DISPATCHER_ALLOWED_CIDRS to allow it)"

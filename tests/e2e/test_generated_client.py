@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from dispatcher.api.openapi import document
-from tests.e2e.test_process import free_port, read_until, start, stop, until_ready
+from tests.processes import free_port, read_until, start, stop, until_ready
 
 GENERATOR = Path(sys.executable).with_name("openapi-python-client")
 ADMIN_TOKEN = "generated-client-admin-token-0123456789"

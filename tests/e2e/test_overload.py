@@ -12,7 +12,7 @@ import aiohttp
 import asyncpg
 
 from tests.conftest import wait_for
-from tests.e2e.test_process import free_port, read_until, start, stop, until_ready
+from tests.processes import free_port, read_until, start, stop, until_ready
 from tests.receiver import Receiver
 
 CLIENTS = 40

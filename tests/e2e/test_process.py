@@ -2,81 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-import re
-import signal
-import socket
-import sys
 from typing import Any
 
 import aiohttp
 from standardwebhooks.webhooks import Webhook
 
 from tests.conftest import wait_for
+from tests.processes import free_port, read_until, start, stop, until_ready
 from tests.receiver import Receiver
-
-# Every process a test starts; tests/conftest.py kills what a failed test left running.
-STARTED: list[asyncio.subprocess.Process] = []
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def start(database_url: str, *args: str, **env: str) -> asyncio.subprocess.Process:
-    full_env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "DISPATCHER_ALLOWED_CIDRS": "127.0.0.0/8",
-        "DISPATCHER_SANDBOX_DELAY": "0.05",
-        "DISPATCHER_POLL_INTERVAL": "0.2",
-        "DISPATCHER_LOG_FORMAT": "json",
-        # Against a DATABASE_URL the demo is made only when asked for: these tests ask (its
-        # key is how they get in); a test may still turn it off.
-        "DISPATCHER_DEMO": "on",
-        **env,
-    }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "dispatcher", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=full_env,
-    )  # fmt: skip
-    STARTED.append(proc)
-    return proc
-
-
-async def read_until(stream: asyncio.StreamReader, pattern: str, within: float = 60) -> str:
-    seen = []
-    async with asyncio.timeout(within):
-        while True:
-            line = (await stream.readline()).decode()
-            seen.append(line)
-            match = re.search(pattern, line)
-            if match:
-                return match.group(1)
-            assert line, "process ended: " + "".join(seen)
-
-
-async def until_ready(http: aiohttp.ClientSession, base: str) -> None:
-    """Wait (30 s at most) until the process at `base` answers GET /readyz with 200."""
-
-    async def ready() -> bool:
-        try:
-            async with http.get(f"{base}/readyz") as resp:
-                return resp.status == 200
-        except aiohttp.ClientError:
-            return False
-
-    await wait_for(ready, within=30, message=f"{base}/readyz")
-
-
-async def stop(proc: asyncio.subprocess.Process) -> tuple[int, str]:
-    proc.send_signal(signal.SIGTERM)
-    _, err = await asyncio.wait_for(proc.communicate(), timeout=30)
-    assert proc.returncode is not None
-    return proc.returncode, err.decode()
 
 
 async def test_serve_end_to_end_and_sigterm(database_url: str, receiver: Receiver) -> None:

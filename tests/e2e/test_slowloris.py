@@ -10,8 +10,8 @@ import time
 
 import aiohttp
 
-from tests.api.test_slow_clients import HALF_HEAD, SLOW_CONNECTIONS, enough_open_files
-from tests.e2e.test_process import free_port, read_until, start, stop, until_ready
+from tests.processes import free_port, read_until, start, stop, until_ready
+from tests.slow_clients import HALF_HEAD, SLOW_CONNECTIONS, enough_open_files
 
 HEAD_TIMEOUT = 8.0
 

@@ -17,7 +17,7 @@ from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from tests.chaos.forwarder import forwarding
 from tests.conftest import wait_for
-from tests.e2e.test_process import free_port, read_until, start, stop
+from tests.processes import free_port, log_events, read_until, start, stop
 
 
 async def get(http: aiohttp.ClientSession, url: str, **kwargs: Any) -> tuple[int, Any, Any]:
@@ -34,11 +34,6 @@ async def finish(proc: asyncio.subprocess.Process) -> tuple[int, str]:
         return await stop(proc)
     _, err = await proc.communicate()
     return proc.returncode, err.decode()
-
-
-def log_events(stream: bytes | str) -> list[dict[str, Any]]:
-    text = stream.decode() if isinstance(stream, bytes) else stream
-    return [orjson.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 async def test_serve_waits_for_the_database_answering_probes_meanwhile(database_url: str) -> None:

@@ -20,8 +20,7 @@ from dispatcher.api.app import create_app
 from dispatcher.api.context import Services
 from dispatcher.store import maintenance
 from dispatcher.supervision import BackgroundTaskFailed, Supervisor
-from tests.e2e.test_process import STARTED
-from tests.e2e.test_startup import log_events
+from tests.processes import STARTED, log_events
 
 
 async def test_a_dead_loop_makes_readyz_name_it_and_asks_the_process_to_stop(

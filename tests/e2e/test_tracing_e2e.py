@@ -20,7 +20,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tests.conftest import wait_for
-from tests.e2e.test_process import free_port, read_until, start, stop, until_ready
+from tests.processes import free_port, read_until, start, stop, until_ready
 from tests.receiver import Receiver
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from dispatcher.engine.worker import Engine
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
+from tests.receiver import Receiver
 
 
 async def subscribe(
@@ -79,3 +82,43 @@ async def get_json(client: TestClient[Any, Any], ws: Workspace, path: str) -> An
     resp = await client.get(path, headers=ws.headers)
     assert resp.status == 200, await resp.text()
     return await resp.json()
+
+
+async def bulk_publish(db: Database, ws: Workspace, n: int) -> None:
+    """n events through the outbox function, in one transaction (fast set-up)."""
+    async with db.transaction() as conn:
+        await conn.execute(
+            "SELECT dispatcher_publish_event($1, 'contact.updated', "
+            "jsonb_build_object('id', 'CT' || g)) FROM generate_series(1, $2) g",
+            ws.id,
+            n,
+        )
+
+
+def slow_ok(seconds: float) -> Any:
+    """Answer 200 after `seconds` (a receiver that takes a while: requests overlap)."""
+
+    async def respond(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(seconds)
+        return web.Response(status=200)
+
+    return respond
+
+
+async def webhooks_for(db: Database, ws: Workspace, receiver: Receiver, n: int) -> None:
+    async with db.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO webhooks (id, workspace_id, url, events, secret, max_concurrency) "
+            "SELECT 'WH' || g, $1, $2 || g, '{contact.updated}', "
+            "'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 20 FROM generate_series(1, $3) g",
+            ws.id,
+            receiver.url("/h"),
+            n,
+        )
+
+
+async def delivered_count(db: Database) -> int:
+    async with db.acquire() as conn:
+        return int(
+            await conn.fetchval("SELECT count(*) FROM deliveries WHERE status = 'delivered'")
+        )

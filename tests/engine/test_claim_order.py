@@ -13,8 +13,7 @@ from aiohttp.test_utils import TestClient
 from dispatcher.store import queue
 from dispatcher.store.database import Database
 from tests.conftest import MakeWorkspace, Workspace, wait_for
-from tests.engine.helpers import subscribe
-from tests.engine.test_concurrency import bulk_publish, slow_ok
+from tests.engine.helpers import bulk_publish, slow_ok, subscribe
 from tests.receiver import EngineFactory, Receiver
 
 LOUD_ENDPOINTS = 4

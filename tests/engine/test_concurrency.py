@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog.testing
-from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.clock import FakeClock, SystemClock
@@ -18,19 +17,8 @@ from dispatcher.settings import Settings
 from dispatcher.store import queue
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
-from tests.engine.helpers import deliveries, publish, subscribe
+from tests.engine.helpers import bulk_publish, deliveries, publish, slow_ok, subscribe
 from tests.receiver import EngineFactory, Receiver
-
-
-async def bulk_publish(db: Database, ws: Workspace, n: int) -> None:
-    """n events through the outbox function, in one transaction (fast set-up)."""
-    async with db.transaction() as conn:
-        await conn.execute(
-            "SELECT dispatcher_publish_event($1, 'contact.updated', "
-            "jsonb_build_object('id', 'CT' || g)) FROM generate_series(1, $2) g",
-            ws.id,
-            n,
-        )
 
 
 async def test_max_concurrency_is_respected(
@@ -233,16 +221,6 @@ async def test_a_backlog_at_the_head_does_not_starve_the_endpoints_behind_it(
     assert healthy["id"]
 
 
-def slow_ok(seconds: float) -> Any:
-    """Answer 200 after `seconds` (a receiver that takes a while: requests overlap)."""
-
-    async def respond(request: web.Request) -> web.StreamResponse:
-        await asyncio.sleep(seconds)
-        return web.Response(status=200)
-
-    return respond
-
-
 # A busy database: every statement that updates queue rows (a claim's lease, among others)
 # takes 10 ms more before its transaction can commit, holding its locks meanwhile.
 SLOW_CLAIMS = """
@@ -331,3 +309,22 @@ async def test_claims_at_the_same_moment_lease_a_fifo_endpoints_slots_once(
         for pool in pools:
             await pool.close()
     assert leased == [3] * 30
+
+
+async def test_every_task_an_engine_runs_is_named(
+    client: TestClient[Any, Any], ws: Workspace, receiver: Receiver, make_engine: EngineFactory,
+    db: Database,
+) -> None:  # fmt: skip
+    """A task dump taken in a hang or a leak says which of the engine's tasks each one is: its
+    loops by role, an attempt by its delivery."""
+    receiver.behaviours["/hook"] = receiver.hang
+    await subscribe(client, ws, receiver.url())
+    await bulk_publish(db, ws, 2)
+    engine = await make_engine()
+    await wait_for(lambda: receiver.in_flight.get("/hook", 0) == 2)
+    loops = {task.get_name() for task in engine.tasks}
+    assert {"engine-recorder", "engine-claim-loop", "engine-heartbeat"} <= loops
+    assert not any(name.startswith("Task-") for name in loops)
+    attempts = {task.get_name() for task in engine._in_flight.values()}
+    assert attempts == {f"engine-attempt {delivery_id}" for delivery_id in engine._in_flight}
+    receiver.release.set()

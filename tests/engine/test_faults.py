@@ -9,7 +9,6 @@ sender does not expect, and a bad URL stored before validation existed is attemp
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -20,15 +19,11 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.clock import FakeClock
-from dispatcher.engine.sender import Sender
-from dispatcher.engine.worker import Engine
 from dispatcher.store.database import Database
 from tests.conftest import Workspace
+from tests.engine.faults import TECHNICAL, engine_with
 from tests.engine.helpers import attempted, publish, subscribe
 from tests.receiver import EngineFactory, Receiver
-
-# What users read must not name exception classes, codecs or libraries.
-TECHNICAL = re.compile(r"(?i)[a-z]+Error\b|Exception|idna|codec|aiohttp|Client[A-Z]")
 
 
 class FailingResolver(AbstractResolver):
@@ -78,18 +73,6 @@ async def unretrieved() -> AsyncIterator[list[dict[str, Any]]]:
     loop.set_exception_handler(lambda _loop, context: seen.append(context))
     yield seen
     loop.set_exception_handler(previous)
-
-
-async def engine_with(make_engine: EngineFactory, **sender_options: Any) -> Engine:
-    engine = await make_engine(start=False, retry_schedule=(1.0,), disable_after=10**8)
-    engine.sender = Sender(
-        timeout=engine.settings.request_timeout,
-        allowed=engine.settings.allowed_cidrs,
-        max_connections=10,
-        **sender_options,
-    )
-    await engine.start()
-    return engine
 
 
 @pytest.mark.parametrize("stage", list(FAULTS))

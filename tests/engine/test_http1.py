@@ -33,8 +33,8 @@ from dispatcher.engine import http1
 from dispatcher.engine.http1 import Http1Client, RequestFailed
 from dispatcher.engine.sender import Outcome, Sender
 from tests.conftest import Workspace, wait_for
+from tests.engine.faults import TECHNICAL, engine_with
 from tests.engine.helpers import attempted, publish, subscribe
-from tests.engine.test_faults import TECHNICAL, engine_with
 from tests.receiver import EngineFactory, Receiver
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))

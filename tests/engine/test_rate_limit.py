@@ -20,11 +20,9 @@ from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.clock import SystemClock
 from dispatcher.store.database import Database
-from tests.chaos.test_processes import FAST_LEASE
 from tests.conftest import Workspace, wait_for
-from tests.e2e.test_process import start
-from tests.engine.helpers import deliveries, subscribe
-from tests.engine.test_concurrency import bulk_publish
+from tests.engine.helpers import bulk_publish, deliveries, subscribe
+from tests.processes import FAST_LEASE, start
 from tests.receiver import EngineFactory, Receiver
 
 RATE = 20

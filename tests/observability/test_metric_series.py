@@ -28,7 +28,7 @@ from dispatcher.settings import Settings
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import publish, subscribe, wait_recorded
-from tests.observability.test_metrics import sample, scrape
+from tests.observability.prometheus import sample, scrape
 from tests.receiver import EngineFactory, Receiver
 
 # A fresh process serves /metrics (as DISPATCHER_METRICS_PORT does) and scrapes it once.

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher import monitor
 from dispatcher.api.app import create_app
@@ -19,23 +18,8 @@ from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import publish, subscribe, wait_recorded
+from tests.observability.prometheus import sample, scrape
 from tests.receiver import EngineFactory, Receiver, answer
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
-
-
-async def scrape(client: TestClient[Any, Any]) -> str:
-    resp = await client.get("/metrics")
-    assert resp.status == 200
-    assert resp.headers["Content-Type"].startswith("text/plain")
-    return await resp.text()
 
 
 async def test_metrics_move_with_traffic(

@@ -7,10 +7,9 @@ import signal
 from collections import Counter
 
 from dispatcher.store.database import Database
-from tests.chaos.test_processes import FAST_LEASE, delivered_count, slow_ok, webhooks_for
 from tests.conftest import Workspace, wait_for
-from tests.e2e.test_process import start
-from tests.engine.test_concurrency import bulk_publish
+from tests.engine.helpers import bulk_publish, delivered_count, slow_ok, webhooks_for
+from tests.processes import FAST_LEASE, start
 from tests.receiver import Receiver
 
 

@@ -24,7 +24,7 @@ from dispatcher.api.context import Services
 from dispatcher.api.openapi import document
 from dispatcher.domain import headers, text, urls
 from tests.conftest import wait_for
-from tests.e2e.test_process import free_port, read_until, start, stop
+from tests.processes import free_port, read_until, start, stop
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ import pytest
 
 from dispatcher.store import schema
 from dispatcher.store.database import Database
-from tests.cli.test_cli import cli
 from tests.conftest import wait_for
+from tests.processes import cli
 from tests.store.catalog import describe
 from tests.store.conftest import NewDatabase, versions
 

@@ -31,8 +31,8 @@ from dispatcher.settings import Settings
 from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.rows import DeliveryRow, as_row
-from tests.cli.test_cli import cli
 from tests.conftest import wait_for
+from tests.processes import cli
 from tests.receiver import Receiver
 from tests.store.conftest import NewDatabase, versions
 
