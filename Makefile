@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck check bench clean constraints
+.PHONY: run test test-fast lint typecheck check bench clean constraints
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ test: $(STAMP)
 	  promtool test rules deploy/prometheus/alerts_test.yml; \
 	else echo "promtool not installed: alert rule checks skipped (CI installs it)"; fi
 	$(BIN)/pytest -q
+
+# The quick loop while editing: the unit and API tests, without the ones marked `slow`
+# (processes, browsers, upgrades, load, real timeouts; the list is in tests/conftest.py).
+# No lint or type checks; `make test` runs those and every test.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not slow"
 
 BENCH_STAMP := $(VENV)/.installed-bench
 

@@ -200,3 +200,47 @@ async def wait_for(
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {message}")
         await asyncio.sleep(interval)
+
+
+# The fast lane (`make test-fast`, i.e. `pytest -m "not slow"`): the unit and API tests, for a
+# quick loop while editing. `make test` still runs everything. Marked here rather than in each
+# module so that the list of what is slow, and why, is in one place. Measured with
+# `pytest --durations` on the project's 2-core machine: what started processes, a browser, a
+# real upgrade or a load, or waited out real timeouts (about a second or more each).
+SLOW_FOLDERS = frozenset({"e2e", "chaos", "scale", "deploy"})
+SLOW_TESTS = (
+    "tests/cli/test_cli.py",  # runs `dispatcher` as a child process for each test
+    "tests/cli/test_embedded_missing.py",  # child processes
+    "tests/store/test_upgrade_path.py",  # migrates a database from version one, per step
+    "tests/store/test_migrations.py",  # whole migration runs, concurrent ones, lock timeouts
+    "tests/api/test_slow_clients.py",  # thousands of half-sent requests waiting out timeouts
+    "tests/security/test_openapi.py::test_schemathesis_finds_no_server_error",
+    "tests/engine/test_rate_limit.py::test_the_limit_holds_across_two_engine_processes",
+    "tests/engine/test_rate_limit.py::test_a_grant_sent_late_is_handed_back",
+    "tests/engine/test_rate_limit.py::test_waiting_for_the_limit_is_not_an_attempt",
+    "tests/engine/test_concurrency.py",  # two engines, slow endpoints, leases running out
+    "tests/engine/test_claim_order.py::test_a_fifo_lane_moves_on_while_another",
+    "tests/engine/test_claim_order.py::test_a_backlog_in_one_workspace_does_not_delay",
+    "tests/engine/test_ordering.py::test_fifo_order_holds_with_two_engines",
+    "tests/observability/test_metric_series.py::test_a_rate_limited_backlog_waits",
+    "tests/observability/test_metric_series.py::test_series_known_in_advance_exist",
+    "tests/observability/test_metric_series.py::test_a_lag_of_minutes_lands",
+    "tests/observability/test_metrics.py::test_metrics_move_with_traffic",
+    "tests/observability/test_tracing.py::test_without_an_endpoint_opentelemetry_is_not",
+    "tests/api/test_page_bounds.py::test_a_recover_past_its_time_limit",
+    "tests/api/test_page_bounds.py::test_a_page_past_its_time_limit",
+    "tests/api/test_events.py::test_fan_out_to_ten_thousand_subscriptions",
+    "tests/api/test_publish_coalescing.py::test_a_database_outage_during_a_shared_commit",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the slow tests `slow`: by folder, by the list above, and any that needs a browser."""
+    for item in items:
+        folder = item.nodeid.split("/")[1] if item.nodeid.startswith("tests/") else ""
+        if (
+            folder in SLOW_FOLDERS
+            or item.nodeid.startswith(SLOW_TESTS)
+            or "browser" in getattr(item, "fixturenames", ())
+        ):
+            item.add_marker(pytest.mark.slow)
