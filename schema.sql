@@ -690,8 +690,10 @@ $$;
 -- decide (delivery_lanes). The key is read from the event only when such a subscriber exists.
 --
 -- Payload filters are compared under bounds (dispatcher_filter_passes) and within a time
--- limit from the start of the publishing statement (statement_timestamp(): a batch's one
--- statement shares it across its events): 5 s, or `dispatcher.filter_time_limit` when set. A
+-- limit from the start of this fan-out (clock_timestamp() as the call starts: each event's
+-- fan-out has its own, so a statement that publishes many events, a batch or an outbox
+-- caller's bulk insert, is not failed by the time its other events took): 5 s, or
+-- `dispatcher.filter_time_limit` when set. A
 -- statement timeout cannot do it: one set inside a function is not armed for the statement
 -- already running, and an outbox call runs in the application's own transaction, under its
 -- settings.
@@ -709,7 +711,7 @@ DECLARE
     fanned integer;
     -- The filter step's time limit: 5 s, or the setting dispatcher.filter_time_limit (an
     -- interval; per database, role, session or transaction).
-    filter_deadline timestamptz := statement_timestamp() + coalesce(
+    filter_deadline timestamptz := clock_timestamp() + coalesce(
         nullif(current_setting('dispatcher.filter_time_limit', true), '')::interval,
         interval '5 seconds');
 BEGIN

@@ -245,6 +245,23 @@ async def test_the_filter_steps_deadline_fails_the_publish_and_stores_nothing(
     assert await delivered_ids(db, unfiltered["id"]) == ["in-time"]
 
 
+async def test_each_events_fan_out_has_its_own_deadline(
+    client: TestClient[Any, Any], ws: Workspace, db: Database
+) -> None:
+    """The deadline bounds the filter step of one event's fan-out, not the statement that
+    publishes it: a statement publishing several events (an outbox caller's bulk insert)
+    whose whole run is longer than the limit, each fan-out quick, publishes them all."""
+    hook = await subscribe(client, ws, filter={"a": 1})
+    async with db.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL dispatcher.filter_time_limit = '200 ms'")
+        await conn.execute(
+            "SELECT pg_sleep(0.3), dispatcher_publish_event($1, 'contact.updated',"
+            " jsonb_build_object('id', 'e' || g, 'a', 1)) FROM generate_series(1, 3) g",
+            ws.id,
+        )
+    assert sorted(await delivered_ids(db, hook["id"])) == ["e1", "e2", "e3"]
+
+
 @pytest.mark.parametrize("key", ["a,b", 'c"d', "{e}", "f g", "h\\\\i", "", "NULL", "é"])
 async def test_the_data_bound_finds_arrays_under_any_key(
     client: TestClient[Any, Any], ws: Workspace, db: Database, key: str
