@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import asyncpg
+
 from dispatcher.domain.enums import AttemptTrigger
 from dispatcher.domain.events import TEST_EVENT
 from dispatcher.errors import Conflict, NotFound
@@ -27,6 +29,7 @@ class SQL(Queries, file="deliveries.sql"):
     event_delivery: str
     lock_delivery: str
     lock_queued: str
+    lock_queued_now: str
     make_pending: str
     make_due: str
     requeue_failed: str
@@ -100,6 +103,10 @@ async def create_test(
 # busy workspace is read whole, event by event.
 RECOVER_TIMEOUT = 10.0
 EXPUNGED = "the delivery's event was expunged: its content is gone, so it cannot be sent again"
+BUSY = (
+    "the delivery is being changed by another request (a retry, a disable, a claim); "
+    "retry it in a moment"
+)
 IN_FLIGHT = (
     "the delivery is being attempted right now; a second request in parallel would reach the "
     "receiver twice. Retry it once this attempt is recorded"
@@ -126,6 +133,15 @@ async def retry(
         found = await conn.fetchrow(SQL.lock_delivery, workspace_id, webhook_id, delivery_id)
         if found is None:
             raise NotFound("delivery not found")
+        if queued is None:
+            # Not queued when we looked: another retry or a recover may have queued it while
+            # we waited for the history row. Look again without waiting: a queue row that
+            # another transaction holds now (a disable giving it up, a claim) is a conflict to
+            # retry, never a wait that could close a circle with that transaction.
+            try:
+                queued = await conn.fetchrow(SQL.lock_queued_now, delivery_id)
+            except asyncpg.LockNotAvailableError as exc:
+                raise Conflict(BUSY) from exc
         if found["expunged"]:
             raise Conflict(EXPUNGED)
         if hook.disabled_at is not None:

@@ -41,6 +41,13 @@ FOR UPDATE OF d
 -- claims, which skip locked rows); returns who holds its lease (NULL: nobody).
 SELECT lease_owner FROM delivery_queue WHERE delivery_id = $1 FOR UPDATE
 
+-- name: lock_queued_now
+-- Lock delivery $1's row in the engine's queue, if it has one, without waiting (a retry that
+-- found no queue row looks again once it holds the history row: another retry or a recover may
+-- have queued the delivery meanwhile; waiting for that row while holding the history row would
+-- invert the lock order). Raises lock_not_available (55P03) when another transaction holds it.
+SELECT lease_owner FROM delivery_queue WHERE delivery_id = $1 FOR UPDATE NOWAIT
+
 -- name: make_pending
 -- Make delivery $1 pending again, due at $2 (a retry, whatever its status).
 UPDATE deliveries SET status = 'pending', next_attempt_at = $2, delivered_at = NULL
