@@ -2,11 +2,12 @@
 
 One pooled client per process (keep-alive, DNS cache, a total connection limit): the lean
 HTTP/1.1 client of `dispatcher.engine.http1`, built for this one request shape because
-aiohttp's per-request cost was most of the worker's CPU. aiohttp's client stays for a sender
-given `trace_configs` (tests inject faults through them; the lean client has `on_stage`).
-Every destination passes the address guard, applied to the addresses actually connected to:
-literal IPs before the request, names after the lookup the connection uses, so a name cannot
-resolve to one address when checked and another when connected.
+aiohttp's per-request cost was most of the worker's CPU. It is the only client: the tests
+send through it too, and keep aiohttp's client only as the reference its parsing is compared
+with (tests/engine/test_http1.py). Every destination passes the address guard, applied to the
+addresses actually connected to: literal IPs before the request, names after the lookup the
+connection uses, so a name cannot resolve to one address when checked and another when
+connected.
 
 `send` never raises (but for cancellation): whatever goes wrong at any stage (the URL, the
 resolver, connecting, sending, reading) comes back as an Outcome with a plain message, so
@@ -28,16 +29,9 @@ that echoes the request's headers.
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
-import socket
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple, Protocol
-
-import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 
 from dispatcher import __version__
 from dispatcher.domain.addresses import Network, blocked_error, blocked_reason
@@ -52,13 +46,13 @@ from dispatcher.engine.http1 import (
     Http1Client,
     InvalidHeader,
     RequestFailed,
+    Resolver,
     TooLate,
 )
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
     "BlockedAddress",
-    "GuardedResolver",
     "Outcome",
     "Sender",
     "TooLate",
@@ -113,43 +107,16 @@ class _Finish(Protocol):
     ) -> Outcome: ...
 
 
-class GuardedResolver(AbstractResolver):
-    """Resolves as usual, then drops every address the guard refuses."""
-
-    def __init__(self, allowed: Sequence[Network], inner: AbstractResolver | None = None) -> None:
-        self.allowed = tuple(allowed)
-        self.inner = inner or DefaultResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        results = await self.inner.resolve(host, port, family)
-        kept = []
-        reasons = []
-        for result in results:
-            reason = blocked_reason(ipaddress.ip_address(result["host"]), self.allowed)
-            if reason is None:
-                kept.append(result)
-            else:
-                reasons.append(reason)
-        if not kept:
-            raise BlockedAddress(reasons[0] if reasons else "no address")
-        return kept
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
 class Sender:
     """Sends attempts and turns whatever happens into an Outcome.
 
-    `resolver` replaces the system's lookup (an aiohttp `AbstractResolver`; tests script
-    answers with it). `exempt_urls` are URLs the guard lets through although their address is
-    refused: exactly these strings, each naming its host by a literal IP (judged here, never
-    looked up, so no name can be made to point elsewhere); `serve` passes its own demo
-    receiver's (docs/webhooks.md), and every other URL, on the same host and port included,
-    stays guarded. `trace_configs` selects aiohttp's client, whose trace signals tests use
-    to inject faults; `on_stage` does the same for the lean client (see `Http1Client`).
+    `resolver` replaces the system's lookup (an `http1.Resolver`, as aiohttp's resolvers
+    are; tests script answers with it). `exempt_urls` are URLs the guard lets through
+    although their address is refused: exactly these strings, each naming its host by a
+    literal IP (judged here, never looked up, so no name can be made to point elsewhere);
+    `serve` passes its own demo receiver's (docs/webhooks.md), and every other URL, on the
+    same host and port included, stays guarded. `on_stage` is `Http1Client`'s (tests inject
+    faults with it).
     """
 
     def __init__(
@@ -159,8 +126,7 @@ class Sender:
         allowed: Sequence[Network],
         max_connections: int,
         wall_clock: Callable[[], float] = time.time,
-        resolver: AbstractResolver | None = None,
-        trace_configs: Sequence[aiohttp.TraceConfig] = (),
+        resolver: Resolver | None = None,
         on_stage: Callable[[str], None] | None = None,
         excerpt_bytes: int = 0,
         exempt_urls: Collection[str] = (),
@@ -175,49 +141,27 @@ class Sender:
         self.max_connections = max_connections
         self.wall_clock = wall_clock
         self.inner_resolver = resolver
-        self.trace_configs = list(trace_configs)
         self.on_stage = on_stage
         self._client: Http1Client | None = None
-        self._session: aiohttp.ClientSession | None = None
         self._keys: dict[str, bytes] = {}
         self._extra: dict[tuple[tuple[str, str], ...], bytes] = {}
         self._verdicts: dict[str, tuple[AttemptOutcome, str] | None] = {}
 
     async def start(self) -> None:
-        if not self.trace_configs:
-            self._client = Http1Client(
-                timeout=self.timeout,
-                allowed=self.allowed,
-                max_connections=self.max_connections,
-                headers=FIXED_HEADERS,
-                resolver=self.inner_resolver,
-                on_stage=self.on_stage,
-                excerpt_bytes=self.excerpt_bytes,
-            )
-            return
-        connector = aiohttp.TCPConnector(
-            limit=self.max_connections,
-            limit_per_host=0,
-            use_dns_cache=True,
-            ttl_dns_cache=30,
-            resolver=GuardedResolver(self.allowed, self.inner_resolver),
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=self.timeout),
-            trust_env=False,  # never route webhooks through an ambient proxy
-            auto_decompress=False,
-            skip_auto_headers=("Accept-Encoding",),
-            trace_configs=self.trace_configs,
+        self._client = Http1Client(
+            timeout=self.timeout,
+            allowed=self.allowed,
+            max_connections=self.max_connections,
+            headers=FIXED_HEADERS,
+            resolver=self.inner_resolver,
+            on_stage=self.on_stage,
+            excerpt_bytes=self.excerpt_bytes,
         )
 
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
             self._client = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     def _key(self, secret: str) -> bytes:
         key = self._keys.get(secret)
@@ -304,7 +248,7 @@ class Sender:
         values) are kept out of the excerpt, with the signature and `secrets`. With `send_by`
         (loop time), raises TooLate instead when the request could not be written by then
         (it was not sent: no attempt)."""
-        assert self._client is not None or self._session is not None, "Sender.start() first"
+        assert self._client is not None, "Sender.start() first"
         started = time.perf_counter()
 
         keep = self.excerpt_bytes > 0
@@ -337,9 +281,6 @@ class Sender:
             timestamp, signature = self._signed(delivery_id, secrets, body)
         except Exception:  # a secret that cannot key a signature: still a recorded attempt
             return done(CONNECTION_ERROR, None, http1.UNEXPECTED)
-        if self._client is None:
-            fields = {**self._headers(delivery_id, timestamp, signature), **dict(custom_headers)}
-            return await self._send_with_aiohttp(url, fields, body, done, send_by)
         try:
             headers = b"webhook-id: %b\r\nwebhook-timestamp: %d\r\nwebhook-signature: %b\r\n%b" % (
                 delivery_id.encode(),
@@ -362,52 +303,6 @@ class Sender:
             return done(CONNECTION_ERROR, None, http1.UNEXPECTED)
         return _answered(done, status, retry_after, excerpt)
 
-    async def _send_with_aiohttp(
-        self,
-        url: str,
-        headers: dict[str, str],
-        body: bytes,
-        done: _Finish,
-        send_by: float | None = None,
-    ) -> Outcome:
-        # (The custom headers among `headers` were checked by `_extra_lines` already: no
-        # custom name is one of ours.)
-        assert self._session is not None
-        if send_by is not None and asyncio.get_running_loop().time() > send_by:
-            raise TooLate  # (checked before the connection here: aiohttp's is its own)
-        try:
-            async with self._session.post(
-                url, data=body, headers=headers, allow_redirects=False
-            ) as response:
-                complete, excerpt = await _drain(response, self.excerpt_bytes)
-                if not complete:
-                    response.close()  # do not keep a connection with unread bytes
-                retry_after = response.headers.get("Retry-After")
-                return _answered(done, response.status, retry_after, excerpt)
-        except TimeoutError:
-            return done(TIMEOUT, None, f"timeout after {self.timeout:g}s")
-        except aiohttp.ClientConnectorDNSError as exc:
-            if isinstance(exc.os_error, BlockedAddress):
-                return done(BLOCKED, None, blocked_error(str(exc.os_error)))
-            return done(CONNECTION_ERROR, None, http1.DNS_FAILED)
-        except aiohttp.ClientConnectorCertificateError:
-            return done(CONNECTION_ERROR, None, http1.CERTIFICATE)
-        except aiohttp.ClientSSLError:
-            return done(CONNECTION_ERROR, None, http1.HANDSHAKE)
-        except aiohttp.ClientConnectorError as exc:
-            refused = isinstance(exc.os_error, ConnectionRefusedError)
-            return done(CONNECTION_ERROR, None, http1.REFUSED if refused else http1.CONNECT_FAILED)
-        except aiohttp.ServerDisconnectedError:
-            return done(CONNECTION_ERROR, None, http1.CLOSED)
-        except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError):
-            return done(CONNECTION_ERROR, None, http1.INTERRUPTED)
-        except aiohttp.ClientError:
-            return done(CONNECTION_ERROR, None, "connection error: the request failed")
-        except OSError as exc:
-            return done(CONNECTION_ERROR, None, f"connection error: {exc.strerror or 'I/O'}")
-        except Exception:  # any other fault at any stage is still a recorded, failed attempt
-            return done(CONNECTION_ERROR, None, http1.UNEXPECTED)
-
 
 def _answered(done: _Finish, status: int, retry_after: str | None, excerpt: bytes) -> Outcome:
     """The outcome of an answer: 2xx is a success; anything else (a 3xx too: redirects are
@@ -418,18 +313,3 @@ def _answered(done: _Finish, status: int, retry_after: str | None, excerpt: byte
     if 300 <= status < 400:
         error += " (redirects are not followed)"
     return done(HTTP_ERROR, status, error, retry_after, excerpt)
-
-
-async def _drain(response: aiohttp.ClientResponse, keep: int) -> tuple[bool, bytes]:
-    """Read the body up to 64 KiB, then stop; (True when the whole body was read, its first
-    `keep` bytes)."""
-    read = 0
-    kept = bytearray()
-    while read < MAX_RESPONSE_BYTES:
-        chunk = await response.content.read(MAX_RESPONSE_BYTES - read)
-        if not chunk:
-            return True, bytes(kept)
-        if len(kept) < keep:
-            kept += chunk[: keep - len(kept)]
-        read += len(chunk)
-    return response.content.at_eof(), bytes(kept)

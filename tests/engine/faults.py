@@ -1,4 +1,4 @@
-"""Engines whose sender is given options (a resolver, trace configs), and what users must not
+"""Engines whose sender is given options (a resolver, a fault hook), and what users must not
 read in the errors it records."""
 
 from __future__ import annotations

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestClient
@@ -38,29 +37,22 @@ class FailingResolver(AbstractResolver):
         return None
 
 
-def raising(exc: BaseException) -> Callable[..., Awaitable[None]]:
-    async def hook(*_: Any) -> None:
-        raise exc
+def failing_at(stage: str, exc: BaseException) -> Callable[[str], None]:
+    """An `on_stage` hook of the sender's client that raises `exc` at `stage`."""
+
+    def hook(name: str) -> None:
+        if name == stage:
+            raise exc
 
     return hook
 
 
-def tracing(signal: str, exc: BaseException) -> aiohttp.TraceConfig:
-    config = aiohttp.TraceConfig()
-    getattr(config, signal).append(raising(exc))
-    return config
-
-
 FAULTS: dict[str, dict[str, Any]] = {
     "resolve": {"resolver": FailingResolver()},
-    "connect": {"trace_configs": [tracing("on_connection_create_start", RuntimeError("boom"))]},
-    "send": {"trace_configs": [tracing("on_request_headers_sent", ValueError("bad header"))]},
-    "read": {
-        "trace_configs": [
-            tracing("on_request_end", UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid"))
-        ]
-    },
-    "before": {"trace_configs": [tracing("on_request_start", KeyError("x"))]},
+    "connect": {"on_stage": failing_at("connect", RuntimeError("boom"))},
+    "send": {"on_stage": failing_at("send", ValueError("bad header"))},
+    "read": {"on_stage": failing_at("read", UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid"))},
+    "before": {"on_stage": failing_at("resolve", KeyError("x"))},
 }
 
 

@@ -11,7 +11,8 @@ import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from dispatcher.domain.addresses import blocked_reason
-from dispatcher.engine.sender import BlockedAddress, GuardedResolver, Sender
+from dispatcher.engine.http1 import BlockedAddress, Http1Client
+from dispatcher.engine.sender import Sender
 from tests.receiver import Receiver
 
 ip = ipaddress.ip_address
@@ -87,13 +88,16 @@ class ScriptedResolver(AbstractResolver):
         pass
 
 
-async def test_resolver_drops_refused_answers() -> None:
-    guarded = GuardedResolver(LOOPBACK, ScriptedResolver(["10.0.0.5", "127.0.0.1"]))
-    kept = await guarded.resolve("hooks.test", 80)
-    assert [r["host"] for r in kept] == ["127.0.0.1"]
-    only_private = GuardedResolver(LOOPBACK, ScriptedResolver(["10.0.0.5", "169.254.169.254"]))
+async def test_a_lookup_drops_refused_answers() -> None:
+    """The sender's client keeps only the allowed addresses of a lookup, and refuses a name
+    that has none."""
+    mixed = ScriptedResolver(["10.0.0.5", "127.0.0.1"])
+    guarded = Http1Client(timeout=2, allowed=LOOPBACK, max_connections=1, resolver=mixed)
+    assert await guarded._resolve("hooks.test", 80) == ["127.0.0.1"]
+    private = ScriptedResolver(["10.0.0.5", "169.254.169.254"])
+    only_private = Http1Client(timeout=2, allowed=LOOPBACK, max_connections=1, resolver=private)
     with pytest.raises(BlockedAddress, match="private address"):
-        await only_private.resolve("hooks.test", 80)
+        await only_private._resolve("hooks.test", 80)
 
 
 async def send(sender: Sender, url: str) -> Any:
