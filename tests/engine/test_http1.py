@@ -16,7 +16,7 @@ import ipaddress
 import socket
 import ssl
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -683,6 +683,55 @@ async def test_ipv6() -> None:
                 "blocked: loopback address (set DISPATCHER_ALLOWED_CIDRS to allow it)"
             )
         assert server.connections == 2
+
+
+@contextlib.contextmanager
+def black_hole(host: str, port: int) -> Iterator[None]:
+    """A listening socket on `host`:`port` that never accepts: its accept queue is filled
+    first, after which the kernel drops every SYN, so a connection attempt gets no answer at
+    all (neither accepted nor refused), as from an address that black-holes its traffic. On
+    loopback only."""
+    assert ipaddress.ip_address(host).is_loopback
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    fillers: list[socket.socket] = []
+    try:
+        listener.bind((host, port))
+        listener.listen(0)
+        for _ in range(4):  # (a backlog of 0 still queues one or two)
+            filler = socket.socket(listener.family)
+            filler.setblocking(False)
+            filler.connect_ex((host, port))
+            fillers.append(filler)
+        yield
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+async def test_a_black_holed_address_costs_the_happy_eyeballs_delay_not_the_timeout() -> None:
+    """The name's first address never answers the connection; the second, tried after
+    HAPPY_EYEBALLS_DELAY (RFC 8305), does, well within the timeout."""
+    resolver = ScriptedResolver(["10.0.0.5", "127.0.0.2", "127.0.0.1"])  # 10/8: never tried
+    async with RawServer(answer(OK)) as server:
+        with black_hole("127.0.0.2", server.port):
+            async with lean(resolver=resolver, timeout=5.0) as sender:
+                outcome = await send(sender, f"http://hooks.test:{server.port}/hook")
+    assert outcome.kind == "success", outcome
+    assert outcome.elapsed_ms < 2500, outcome  # not the 5 s timeout
+    assert server.connections == 1
+
+
+async def test_only_black_holed_addresses_time_out() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    resolver = ScriptedResolver(["127.0.0.2", "127.0.0.3"])
+    with black_hole("127.0.0.2", port), black_hole("127.0.0.3", port):
+        async with lean(resolver=resolver, timeout=0.5) as sender:
+            outcome = await send(sender, f"http://hooks.test:{port}/hook")
+            assert (outcome.kind, outcome.error) == ("timeout", "timeout after 0.5s")
+            assert pool(sender).open_connections == 0
 
 
 @pytest.fixture(scope="module")
