@@ -267,6 +267,124 @@ async def test_each_answer_gives_its_outcome(name: str, drip: bool) -> None:
         await wait_for(lambda: pool(sender).open_connections == 0, within=2)
 
 
+# -- Transfer-Encoding and Content-Length ----------------------------------------------------
+
+Framing = tuple[str, str | None, bool]  # (kind or error, excerpt, connection reused)
+TE_CL: dict[str, tuple[bytes, bytes, Framing]] = {
+    # name: (header lines, body as sent, then (what the client makes of it, the body it read,
+    # whether the connection carried the next request)). RFC 9112, 6.1 and 6.3: chunked wins
+    # over Content-Length, and such an answer's connection is not used again; another final
+    # coding reads until close; a Content-Length that is not one decimal number is refused.
+    "Content-Length": (b"Content-Length: 5\r\n", b"hello", ("success", "hello", True)),
+    "Content-Length with spaces": (
+        b"Content-Length:  5 \r\n",
+        b"hello",
+        ("success", "hello", True),
+    ),
+    "the same Content-Length twice": (
+        b"Content-Length: 5\r\nContent-Length: 5\r\n",
+        b"hello",
+        ("success", "hello", True),
+    ),
+    "chunked": (
+        b"Transfer-Encoding: chunked\r\n",
+        b"5\r\nhello\r\n0\r\n\r\n",
+        ("success", "hello", True),
+    ),
+    "Chunked, any case": (
+        b"transfer-encoding: ChUnKeD\r\n",
+        b"5\r\nhello\r\n0\r\n\r\n",
+        ("success", "hello", True),
+    ),
+    "gzip, chunked": (
+        b"Transfer-Encoding: gzip, chunked\r\n",
+        b"5\r\nhello\r\n0\r\n\r\n",
+        ("success", "hello", True),  # the coded bytes as they came: never decoded
+    ),
+    "two Transfer-Encoding lines, chunked last": (
+        b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+        b"5\r\nhello\r\n0\r\n\r\n",
+        ("success", "hello", True),
+    ),
+    "chunked and Content-Length": (
+        b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n",
+        b"5\r\nhello\r\n0\r\n\r\n",
+        ("success", "hello", False),
+    ),
+    "Content-Length and chunked": (
+        b"Content-Length: 100\r\nTransfer-Encoding: chunked\r\n",
+        b"5\r\nhello\r\n0\r\n\r\n",
+        ("success", "hello", False),
+    ),
+    "neither: until close": (b"", b"hello", ("success", "hello", False)),
+    "gzip only: until close": (
+        b"Transfer-Encoding: gzip\r\n",
+        b"hello",
+        ("success", "hello", False),
+    ),
+    "chunked, gzip: until close": (
+        b"Transfer-Encoding: chunked, gzip\r\n",
+        b"hello",
+        ("success", "hello", False),
+    ),
+    "gzip and Content-Length: until close": (
+        b"Transfer-Encoding: gzip\r\nContent-Length: 3\r\n",
+        b"hello",
+        ("success", "hello", False),
+    ),
+    "Content-Length shorter than the body": (
+        b"Content-Length: 3\r\n",
+        b"hello",
+        ("success", "hel", False),  # bytes after the answer: out of step, not reused
+    ),
+    "Content-Length longer than the body": (
+        b"Content-Length: 10\r\n",
+        b"hello",
+        ("response interrupted", None, False),
+    ),
+    "chunked, but the body is not": (
+        b"Transfer-Encoding: chunked\r\n",
+        b"hello",
+        ("response interrupted", None, False),
+    ),
+    "two different Content-Lengths": (
+        b"Content-Length: 5\r\nContent-Length: 6\r\n",
+        b"hello",
+        ("connection error: the response was not valid HTTP", None, False),
+    ),
+    "a list of Content-Lengths": (
+        b"Content-Length: 5, 5\r\n",
+        b"hello",
+        (INVALID[2] or "", None, False),
+    ),
+    "Content-Length -1": (b"Content-Length: -1\r\n", b"hello", (INVALID[2] or "", None, False)),
+    "Content-Length +5": (b"Content-Length: +5\r\n", b"hello", (INVALID[2] or "", None, False)),
+    "Content-Length 0x5": (b"Content-Length: 0x5\r\n", b"hello", (INVALID[2] or "", None, False)),
+    "Content-Length empty": (b"Content-Length: \r\n", b"hello", (INVALID[2] or "", None, False)),
+    "a bad Content-Length beside chunked": (
+        b"Transfer-Encoding: chunked\r\nContent-Length: x\r\n",
+        b"5\r\nhello\r\n0\r\n\r\n",
+        (INVALID[2] or "", None, False),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(TE_CL))
+async def test_transfer_encoding_and_content_length(name: str) -> None:
+    """Each combination of the two headers, and what the client makes of it (the table of
+    docs/delivery.md, "Framing")."""
+    lines, body, (want, excerpt, reused) = TE_CL[name]
+    payload = b"HTTP/1.1 200 OK\r\n" + lines + b"\r\n" + body
+    script = answer(payload, keep=reused)  # closed after the answer unless it is reused
+    async with RawServer(script) as server, lean(timeout=1.0, excerpt_bytes=100) as sender:
+        first = await send(sender, server.url())
+        assert (first.kind if first.succeeded else first.error) == want, first
+        assert first.response_body == excerpt
+        if first.succeeded:
+            assert (await send(sender, server.url())).succeeded
+            assert server.connections == (1 if reused else 2)
+
+
 # -- aiohttp's client as the reference -----------------------------------------------------------
 
 Read = tuple[str, int | None, str | None, bytes | None]  # ("answer", status, Retry-After, body)
@@ -305,20 +423,38 @@ async def read_by_lean(url: str) -> Read:
     return ("answer", response.status, response.retry_after, response.excerpt)
 
 
-# Where the lean client reads an answer otherwise than aiohttp, on purpose.
+# Where the lean client reads an answer otherwise than aiohttp, on purpose: (lean, aiohttp).
+# Where the lean client reads an answer aiohttp refuses, its connection is never used again.
+FAILED: Read = ("failed", None, None, None)
+HELLO: Read = ("answer", 200, None, b"hello")
 DIFFERENCES: dict[str, tuple[Read, Read]] = {
-    # (lean, aiohttp): a status is three digits from 100 to 599 (RFC 9110, 15); aiohttp
-    # takes 099 as one.
-    "status 0xx": (("failed", None, None, None), ("answer", 99, None, b"")),
+    # A status is three digits from 100 to 599 (RFC 9110, 15); aiohttp takes 099 as one.
+    "status 0xx": (FAILED, ("answer", 99, None, b"")),
+    # RFC 9110, 8.6: a recipient may take the same Content-Length repeated as one.
+    "the same Content-Length twice": (HELLO, FAILED),
+    # RFC 9112, 6.3: Transfer-Encoding overrides Content-Length (and the connection closes).
+    "chunked and Content-Length": (HELLO, FAILED),
+    "Content-Length and chunked": (HELLO, FAILED),
+    "gzip and Content-Length: until close": (HELLO, FAILED),
+    # The answer is what its Content-Length says; the bytes after it close the connection.
+    "Content-Length shorter than the body": (("answer", 200, None, b"hel"), FAILED),
 }
 
 
-@pytest.mark.parametrize("name", list(ANSWERS) + list(MALFORMED))
+def payload_of(name: str) -> bytes:
+    if name in ANSWERS:
+        return ANSWERS[name][0]
+    if name in MALFORMED:
+        return MALFORMED[name]
+    lines, body, _ = TE_CL[name]
+    return b"HTTP/1.1 200 OK\r\n" + lines + b"\r\n" + body
+
+
+@pytest.mark.parametrize("name", [*ANSWERS, *MALFORMED, *TE_CL])
 async def test_the_lean_client_reads_each_answer_as_aiohttp_does(name: str) -> None:
     """A differential test: the same bytes, read by both clients, give the same status,
     Retry-After and body, or a failure for both (but for the DIFFERENCES, each explained)."""
-    payload = ANSWERS[name][0] if name in ANSWERS else MALFORMED[name]
-    async with RawServer(answer(payload, keep=False)) as server:
+    async with RawServer(answer(payload_of(name), keep=False)) as server:
         reference = await read_by_aiohttp(server.url(), {}, BODY)
         lean_read = await read_by_lean(server.url())
     if name in DIFFERENCES:
