@@ -42,7 +42,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol, cast
 
 import aiohappyeyeballs
@@ -157,13 +157,10 @@ class Http1Client:
         headers: Mapping[str, str] | None = None,
         resolver: Resolver | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        on_stage: Callable[[str], None] | None = None,
         excerpt_bytes: int = 0,
     ) -> None:
         """`headers` go into every request; each Response keeps the first `excerpt_bytes`
-        bytes of its body. `on_stage(name)` runs as each stage starts or ends
-        ("resolve", "connect": before; "send", "read": after) so tests can inject faults, as
-        aiohttp's trace configs allow."""
+        bytes of its body."""
         self.timeout = timeout
         self.allowed = tuple(allowed)
         self.limit = max(1, max_connections)
@@ -171,7 +168,6 @@ class Http1Client:
         self._fixed = header_lines((headers or {}).items())
         self._resolver = resolver
         self._ssl = ssl_context
-        self._on_stage = on_stage
         self._routes: dict[str, _Route] = {}
         self._dns: dict[tuple[str, int], tuple[float, list[str]]] = {}
         self._live: set[_Connection] = set()
@@ -253,16 +249,12 @@ class Http1Client:
         timer = asyncio.get_running_loop().call_at(deadline, conn.expire, reply)
         try:
             conn.transport.write(request)
-            if self._on_stage is not None:
-                self._on_stage("send")
             response = await reply
         except BaseException:  # timeout, cancellation, a failure: the connection is unusable
             conn.abandon(reply)
             raise
         finally:
             timer.cancel()
-        if self._on_stage is not None:
-            self._on_stage("read")
         return response
 
     # -- the pool ---------------------------------------------------------------------------
@@ -356,11 +348,7 @@ class Http1Client:
             if route.literal:
                 addresses = [route.host]
             else:
-                if self._on_stage is not None:
-                    self._on_stage("resolve")
                 addresses = await self._resolve(route.host, route.port)
-            if self._on_stage is not None:
-                self._on_stage("connect")
             conn = await self._connect(route, addresses)
         except BaseException:
             self._opening -= 1

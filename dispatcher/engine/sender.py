@@ -115,8 +115,7 @@ class Sender:
     although their address is refused: exactly these strings, each naming its host by a
     literal IP (judged here, never looked up, so no name can be made to point elsewhere);
     `serve` passes its own demo receiver's (docs/webhooks.md), and every other URL, on the
-    same host and port included, stays guarded. `on_stage` is `Http1Client`'s (tests inject
-    faults with it).
+    same host and port included, stays guarded.
     """
 
     def __init__(
@@ -127,7 +126,6 @@ class Sender:
         max_connections: int,
         wall_clock: Callable[[], float] = time.time,
         resolver: Resolver | None = None,
-        on_stage: Callable[[str], None] | None = None,
         excerpt_bytes: int = 0,
         exempt_urls: Collection[str] = (),
     ) -> None:
@@ -141,7 +139,6 @@ class Sender:
         self.max_connections = max_connections
         self.wall_clock = wall_clock
         self.inner_resolver = resolver
-        self.on_stage = on_stage
         self._client: Http1Client | None = None
         self._keys: dict[str, bytes] = {}
         self._extra: dict[tuple[tuple[str, str], ...], bytes] = {}
@@ -154,7 +151,6 @@ class Sender:
             max_connections=self.max_connections,
             headers=FIXED_HEADERS,
             resolver=self.inner_resolver,
-            on_stage=self.on_stage,
             excerpt_bytes=self.excerpt_bytes,
         )
 

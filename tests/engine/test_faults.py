@@ -3,56 +3,36 @@
 The report: a URL the sender could not look up raised inside the attempt task; nothing was
 recorded and the delivery was claimed again forever. Here a fault is injected at each stage of
 a real request to a real receiver (resolve, connect, send, read), with exception types the
-sender does not expect, and a bad URL stored before validation existed is attempted.
+sender does not expect, where its client meets the world (tests/engine/faults.py: the lookup,
+the event loop's connection, the answer's first line), and a bad URL stored before validation
+existed is attempted. The real failures at each stage (a lookup that fails, a refused
+connection, a server that closes or answers garbage, ...) are tests/engine/test_http1.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database
-from tests.conftest import Workspace
-from tests.engine.faults import TECHNICAL, engine_with
+from tests.conftest import Workspace, wait_for
+from tests.engine.faults import TECHNICAL, engine_with, inject
 from tests.engine.helpers import attempted, publish, subscribe
 from tests.receiver import EngineFactory, Receiver
 
-
-class FailingResolver(AbstractResolver):
-    """A resolver that fails as the stdlib IDNA codec did on `a..b` (not an OSError)."""
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        raise UnicodeError("encoding with 'idna' codec failed (UnicodeError: label empty)")
-
-    async def close(self) -> None:
-        return None
-
-
-def failing_at(stage: str, exc: BaseException) -> Callable[[str], None]:
-    """An `on_stage` hook of the sender's client that raises `exc` at `stage`."""
-
-    def hook(name: str) -> None:
-        if name == stage:
-            raise exc
-
-    return hook
-
-
-FAULTS: dict[str, dict[str, Any]] = {
-    "resolve": {"resolver": FailingResolver()},
-    "connect": {"on_stage": failing_at("connect", RuntimeError("boom"))},
-    "send": {"on_stage": failing_at("send", ValueError("bad header"))},
-    "read": {"on_stage": failing_at("read", UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid"))},
-    "before": {"on_stage": failing_at("resolve", KeyError("x"))},
+UNEXPECTED = "connection error: the request could not be completed"
+FAULTS: dict[str, BaseException] = {
+    # where: an exception of a type the sender does not expect there
+    "resolve": UnicodeError("encoding with 'idna' codec failed (UnicodeError: label empty)"),
+    "connect": RuntimeError("boom"),
+    "send": ValueError("bad header"),
+    "read": UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid"),
+    "before": KeyError("x"),  # the first thing a request does (its lookup) fails so
 }
 
 
@@ -75,23 +55,30 @@ async def test_a_fault_at_any_stage_is_a_recorded_attempt_on_schedule(
     make_engine: EngineFactory,
     clock: FakeClock,
     unretrieved: list[dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
     stage: str,
 ) -> None:
-    # A host name, so that the resolver is on the path too.
+    # A host name, so that the lookup is on the path too.
     hook = await subscribe(client, ws, f"http://localhost:{receiver.port}/hook")
     await publish(client, ws)
-    engine = await engine_with(make_engine, **FAULTS[stage])
+    options = inject(monkeypatch, stage, FAULTS[stage], receiver.port)
+    engine = await engine_with(make_engine, **options)
     first = await attempted(client, ws, hook["id"])
     assert first["status"] == "pending"
     assert first["nextAttemptAt"] is not None
     assert first["responseStatus"] is None
-    assert first["lastError"].startswith("connection error")
+    assert first["lastError"] == UNEXPECTED
     assert not TECHNICAL.search(first["lastError"]), first["lastError"]
     clock.advance(2)
     second = await attempted(client, ws, hook["id"], attempts=2, engine=engine)
     assert second["status"] == "failed"  # the schedule ran out: given up
     assert second["nextAttemptAt"] is None
     assert unretrieved == []
+    # The stages really were on the path: the receiver heard from us only after connecting.
+    if stage in ("send", "read"):
+        await wait_for(lambda: len(receiver.requests) == 2, message="both requests")
+    else:
+        assert receiver.requests == []
 
 
 async def test_a_stored_url_the_sender_cannot_attempt_is_recorded(

@@ -3,9 +3,10 @@
 A scripted raw server answers with exactly the bytes a case needs (whole, or one byte at a
 time so that every parser state is crossed), so each framing, failure and pool rule is
 checked on the wire. aiohttp's client is the reference: the same answers read by both agree
-(a differential test), and the request written is the one aiohttp writes. Faults are
-injected at each stage (resolve, connect, send, read), and the main cases run again on
-uvloop, which the worker uses.
+(a differential test), and the request written is the one aiohttp writes. Real faults at
+each stage (resolve, connect, send, read) come from servers that misbehave (refuse, black-hole,
+close, cut, answer garbage; exceptions of unexpected types are tests/engine/test_faults.py's),
+and the main cases run again on uvloop, which the worker uses.
 """
 
 from __future__ import annotations
@@ -26,17 +27,14 @@ import pytest
 import uvloop
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.test_utils import TestClient
 
 from dispatcher import __version__
-from dispatcher.domain.clock import FakeClock
 from dispatcher.engine import http1
 from dispatcher.engine.http1 import Http1Client, RequestFailed
 from dispatcher.engine.sender import Outcome, Sender
-from tests.conftest import Workspace, wait_for
-from tests.engine.faults import TECHNICAL, engine_with
-from tests.engine.helpers import attempted, publish, subscribe
-from tests.receiver import EngineFactory, Receiver
+from tests.conftest import wait_for
+from tests.engine.faults import TECHNICAL
+from tests.receiver import Receiver
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -927,66 +925,6 @@ async def test_tls_to_a_server_that_does_not_speak_it() -> None:
 
 
 # -- faults at each stage --------------------------------------------------------------------
-
-
-@pytest.fixture
-async def unretrieved() -> AsyncIterator[list[dict[str, Any]]]:
-    """Exceptions reported by the loop ("Task exception was never retrieved" and the like)."""
-    loop = asyncio.get_running_loop()
-    seen: list[dict[str, Any]] = []
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _loop, context: seen.append(context))
-    yield seen
-    loop.set_exception_handler(previous)
-
-
-def failing_at(stage: str, exc: BaseException) -> Callable[[str], None]:
-    def hook(name: str) -> None:
-        if name == stage:
-            raise exc
-
-    return hook
-
-
-STAGE_FAULTS: dict[str, BaseException] = {
-    "resolve": UnicodeError("encoding with 'idna' codec failed (UnicodeError: label empty)"),
-    "connect": RuntimeError("boom"),
-    "send": ValueError("bad header"),
-    "read": UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid"),
-}
-
-
-@pytest.mark.parametrize("stage", list(STAGE_FAULTS))
-async def test_a_fault_at_any_stage_of_the_lean_client_is_a_recorded_attempt(
-    client: TestClient[Any, Any],
-    ws: Workspace,
-    receiver: Receiver,
-    make_engine: EngineFactory,
-    clock: FakeClock,
-    unretrieved: list[dict[str, Any]],
-    stage: str,
-) -> None:
-    """As tests/engine/test_faults.py for aiohttp: an exception the sender does not expect, at
-    each stage of a real request to a real receiver, is a recorded attempt on schedule."""
-    hook = await subscribe(client, ws, f"http://localhost:{receiver.port}/hook")
-    await publish(client, ws)
-    engine = await engine_with(make_engine, on_stage=failing_at(stage, STAGE_FAULTS[stage]))
-    assert engine.sender._client is not None  # the lean client
-    first = await attempted(client, ws, hook["id"])
-    assert first["status"] == "pending"
-    assert first["responseStatus"] is None
-    assert first["lastError"] == "connection error: the request could not be completed"
-    assert not TECHNICAL.search(first["lastError"])
-    clock.advance(2)
-    second = await attempted(client, ws, hook["id"], attempts=2, engine=engine)
-    assert second["status"] == "failed"
-    assert second["nextAttemptAt"] is None
-    assert unretrieved == []
-    # The stages really were on the path: the receiver heard from us only after connecting.
-    if stage in ("send", "read"):
-        await wait_for(lambda: len(receiver.requests) == 2, message="both requests")
-    else:
-        assert receiver.requests == []
 
 
 async def real_faults(certificate: tuple[Path, Path]) -> list[tuple[str, str | None]]:
