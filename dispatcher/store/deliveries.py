@@ -1,6 +1,6 @@
 """Deliveries as the API sees them: read, list, test, retry, recover.
 
-New deliveries, with their rows in the engine's queue, are made by schema.sql's
+New deliveries, with their rows in the engine's queue, are made by functions.sql's
 `dispatcher_add_deliveries` alone (a test's through `events.append_event`, a recover's missed ones
 through `deliver_missed`). The statements are in queries/deliveries.sql; the engine's claim and
 record statements live in queries/queue.sql (store/queue.py).

@@ -1,5 +1,5 @@
 """Publishing events, and reading the stream. Every door (the API, inbound, the carrier, a
-webhook's test, the SQL outbox) ends in schema.sql's `dispatcher_append_event`, the one writer
+webhook's test, the SQL outbox) ends in functions.sql's `dispatcher_append_event`, the one writer
 of new events: it builds the envelope (`dispatcher_envelope`), stores the event and fans it
 out. (An expunge rewrites envelopes, with `dispatcher_envelope` too: store/expunge.py.) Its
 statements are in queries/events.sql."""
@@ -121,7 +121,7 @@ async def _append_many(
     created_at: datetime,
     event_ids: Sequence[str] | None = None,
 ) -> list[tuple[str, int]]:
-    """Store a batch of events and fan each out, in one statement (schema.sql's
+    """Store a batch of events and fan each out, in one statement (functions.sql's
     `dispatcher_append_events`; inside the caller's transaction, if it has one), under
     `event_ids` when the caller chose them. Returns each event's (payload, deliveries
     created), in the batch's order."""

@@ -358,7 +358,7 @@ async def _tell_workspaces(
 
 
 async def _advance_lanes(conn: Connection, settled_heads: Sequence[str], now: datetime) -> None:
-    """Give the lanes these settled heads led their next head, due now (schema.sql,
+    """Give the lanes these settled heads led their next head, due now (functions.sql,
     dispatcher_advance_lanes): one statement, and none when the batch settled no lane's head."""
     if settled_heads:
         await conn.execute(*SQL.advance_lanes(settled_heads=list(settled_heads), now=now))

@@ -169,13 +169,17 @@ FROM t WHERE a = @workspace_id AND (b = @since OR c >= @since) AND d <@ e AND f 
         parse("-- name: x\n-- X.\nSELECT @a, $2\n", "bad.sql")
 
 
-def test_a_named_statement_is_declared_a_statement() -> None:
+def test_a_named_statement_is_declared_a_statement(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only a file still numbering its parameters (webhooks.sql, during the transition) is
     declared `str`; a named statement declared `str` is refused at import."""
+    importlib.import_module("dispatcher.store.conversations")
+    monkeypatch.delitem(queries._BOUND, "conversations.sql")  # as if not imported yet
     with pytest.raises(QueryFileError, match="name their parameters: declare them `Statement`"):
 
-        class Raw(Queries, file="attempts.sql"):
-            attempts_page: str
+        class Raw(Queries, file="conversations.sql"):
+            conversation: str
+            set_status: str
+            conversations_page: str
 
 
 def test_the_claim_and_the_record_give_a_row_up_for_the_same_reasons() -> None:

@@ -200,6 +200,8 @@ class Queries:
                 f"declared but not in the file: {', '.join(missing) or '(none)'}; "
                 f"in the file but not declared: {', '.join(unused) or '(none)'}"
             )
+        if file in _BOUND:
+            raise QueryFileError(f"{file} is bound by {_BOUND[file]} already")
         raw = [name for name in declared if annotations[name] in (str, "str")]
         named = [name for name in raw if found[name].params]
         if named:
@@ -211,8 +213,6 @@ class Queries:
             raise QueryFileError(
                 f"{file}: {', '.join(numbered)} number their parameters ($n): name them (@name)"
             )
-        if file in _BOUND:
-            raise QueryFileError(f"{file} is bound by {_BOUND[file]} already")
         _BOUND[file] = f"{cls.__module__}.{cls.__qualname__}"
         cls.file = file
         for name in declared:

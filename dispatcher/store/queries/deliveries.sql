@@ -1,5 +1,5 @@
 -- Deliveries as the API sees them: read, list, test, retry, recover (dispatcher/store/
--- deliveries.py). New deliveries are made by schema.sql's dispatcher_add_deliveries alone, with
+-- deliveries.py). New deliveries are made by functions.sql's dispatcher_add_deliveries alone, with
 -- their rows in the engine's queue; the engine's own statements are in queries/queue.sql.
 
 -- name: deliveries_page

@@ -1,5 +1,5 @@
 -- Events, as the service publishes them (dispatcher/store/events.py). Every door ends in
--- schema.sql's dispatcher_append_event, the one writer of `events`: it builds the envelope,
+-- functions.sql's dispatcher_append_event, the one writer of `events`: it builds the envelope,
 -- stores the event and fans it out, so these statements only call it.
 
 -- name: append_event

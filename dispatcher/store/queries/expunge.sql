@@ -66,7 +66,7 @@ WHERE d.id = gone.delivery_id AND d.created_at = gone.created_at
 
 -- name: advance_lanes
 -- The ordering lanes whose head was among the deliveries @given_up just given up get their next
--- head, due at @now (schema.sql, dispatcher_advance_lanes; after the queue rows, as the
+-- head, due at @now (functions.sql, dispatcher_advance_lanes; after the queue rows, as the
 -- engine's record does).
 SELECT dispatcher_advance_lanes(@given_up::text[], @now)
 

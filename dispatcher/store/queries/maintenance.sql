@@ -14,7 +14,7 @@ SELECT dispatcher_ensure_partitions(@first_day, @last_day)
 
 -- name: advance_lanes
 -- Lanes whose head left the queue otherwise than by an attempt (a give-up on disable or
--- delete): their next delivery heads them, due at @now, or the lane goes (schema.sql,
+-- delete): their next delivery heads them, due at @now, or the lane goes (functions.sql,
 -- dispatcher_advance_lanes). Lanes in use right now are left for the next run.
 SELECT dispatcher_advance_lanes(NULL, @now)
 

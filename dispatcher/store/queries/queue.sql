@@ -471,7 +471,7 @@ SELECT id, failing_since FROM webhooks WHERE id = ANY(@maybe_failing::text[])
 
 -- name: advance_lanes
 -- Move on the lanes whose head is among the deliveries @settled_heads a record has just settled: their next
--- delivery heads them, due at @now, or the lane goes (schema.sql, dispatcher_advance_lanes).
+-- delivery heads them, due at @now, or the lane goes (functions.sql, dispatcher_advance_lanes).
 SELECT dispatcher_advance_lanes(@settled_heads::text[], @now)
 
 -- name: release
@@ -606,7 +606,7 @@ SELECT 'fifo', NULL, NULL, count(*) FROM (
 SELECT EXISTS (SELECT 1 FROM delivery_queue WHERE due_at <= @now AND lease_owner IS NULL)
 
 -- name: watch_due
--- The poller's wait (dispatcher_watch_due in schema.sql): what is due once it differs from what
+-- The poller's wait (dispatcher_watch_due in functions.sql): what is due once it differs from what
 -- the poller saw last (@due rows, @newest the newest due time), or after @for_seconds seconds, probing every @probe_seconds
 -- seconds at the database's clock plus @skew; counting at most the newest @cap due rows.
 SELECT due, newest FROM dispatcher_watch_due(@due, @newest, @skew, @probe_seconds, @for_seconds, @cap)
