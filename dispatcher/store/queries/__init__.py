@@ -28,6 +28,12 @@ class declares that the file lacks, or one the file holds that the class does no
 SQL), fails the import, never a call; a misspelt attribute fails mypy. Each file is bound by
 exactly one class.
 
+Two places still add to a statement in Python, each for what a parameter cannot be: a list's
+`..._page` statement gets its optional filters, its keyset position, order and limit from
+store/pages.py (which filters a request gives decides the index walk: written as `@x IS NULL OR
+...` they would leave the generic plan without an index condition), and maintenance.sql's
+`{day}` names a day's partitions (an identifier).
+
 During the transition one file (webhooks.sql, rewritten elsewhere) still numbers its
 parameters (`$1`); its class declares those statements `str`, and gets the text as it is. A
 statement mixes neither style, and a `str` declaration of a named statement is refused.
