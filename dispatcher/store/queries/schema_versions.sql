@@ -10,12 +10,13 @@ SELECT pg_advisory_xact_lock(@key)
 SELECT set_config('lock_timeout', @milliseconds, true)
 
 -- name: lock_tables
--- Take every table of the schema (a partitioned one with its partitions) in ACCESS EXCLUSIVE
--- mode, in one statement, before an upgrade changes anything: the upgrade is one transaction
--- and holds its locks to its end, so it takes them all first and never waits for a lock while
--- holding another one an application may wait for (an outbox transaction that read
--- `webhooks` and then writes `events` would otherwise deadlock with it). The tables an
--- application reads before it publishes (workspaces, phone numbers, webhooks) come first.
+-- Take every table of the schema but the versions' (a partitioned one with its partitions) in
+-- ACCESS EXCLUSIVE mode, in one statement, before an upgrade changes anything. The upgrade is
+-- one transaction and holds its locks to its end: a lock it waited for later, holding others,
+-- could close a cycle with an application's transaction (an outbox publish that read
+-- `webhooks` and then writes `events`), and Postgres would cancel one of the two. Taken first,
+-- the tables an application reads before it publishes (workspaces, phone numbers, webhooks)
+-- first, it waits for none after.
 DO $$
 BEGIN
     EXECUTE (
@@ -28,6 +29,8 @@ BEGIN
         FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+          -- Readiness reads the version meanwhile; only the upgrade writes it, under its lock.
+          AND c.relname <> 'dispatcher_schema'
     );
 END
 $$
