@@ -9,7 +9,8 @@
 SELECT pg_try_advisory_xact_lock(@key)
 
 -- name: ensure_partitions
--- Create the daily partitions from day @first_day to day @last_day that are missing; returns how many.
+-- Create the daily partitions from day @first_day to day @last_day that are missing; returns how
+-- many.
 SELECT dispatcher_ensure_partitions(@first_day, @last_day)
 
 -- name: advance_lanes

@@ -76,13 +76,13 @@ RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, 
           status, duration_seconds, created_at
 
 -- name: lock_idempotency_key
--- Serialise the sends of workspace @workspace_id under key @idempotency_key, until the transaction ends (a lock of its
--- own: events.sql's lock for the same key is another one).
+-- Serialise the sends of workspace @workspace_id under key @idempotency_key, until the transaction
+-- ends (a lock of its own: events.sql's lock for the same key is another one).
 SELECT pg_advisory_xact_lock(hashtext('message:' || @workspace_id || ':' || @idempotency_key))
 
 -- name: find_idempotent_message
--- The id and request fingerprint of the latest message of workspace @workspace_id sent under key @idempotency_key
--- since @since (the idempotency window), if any.
+-- The id and request fingerprint of the latest message of workspace @workspace_id sent under key
+-- @idempotency_key since @since (the idempotency window), if any.
 SELECT id, request_fingerprint
 FROM messages
 WHERE workspace_id = @workspace_id AND idempotency_key = @idempotency_key AND created_at > @since
@@ -113,11 +113,12 @@ LIMIT @limit
 FOR UPDATE SKIP LOCKED
 
 -- name: move_statuses
--- Apply a batch of carrier steps (the arrays @message_ids message ids, @statuses new statuses, @due_at when each is
--- next due, NULL: never) at @now; returns the messages as they are now.
+-- Apply a batch of carrier steps (the arrays @message_ids message ids, @statuses new statuses,
+-- @due_at when each is next due, NULL: never) at @now; returns the messages as they are now.
 UPDATE messages
 SET status = move.new_status, updated_at = @now, carrier_due_at = move.due_at
-FROM unnest(@message_ids::text[], @statuses::text[], @due_at::timestamptz[]) AS move (message_id, new_status, due_at)
+FROM unnest(@message_ids::text[], @statuses::text[], @due_at::timestamptz[])
+     AS move (message_id, new_status, due_at)
 WHERE messages.id = move.message_id
 RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
           media, status, created_at, expunged_at IS NOT NULL AS expunged

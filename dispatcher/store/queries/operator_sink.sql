@@ -18,12 +18,14 @@ WHERE ws.operator
 INSERT INTO workspaces (id, name, operator) VALUES (@workspace_id, 'operator sink', true)
 
 -- name: insert_sink_webhook
--- The operator sink's webhook: @id id, @workspace_id workspace, @url URL, @events event types, @secret secret, at @now.
+-- The operator sink's webhook: @id id, @workspace_id workspace, @url URL, @events event types,
+-- @secret secret, at @now.
 INSERT INTO webhooks (id, workspace_id, url, events, name, secret, created_at)
 VALUES (@id, @workspace_id, @url, @events, 'operator sink', @secret, @now)
 
 -- name: update_sink_webhook
--- Point the operator sink's webhook @id at URL @url with secret @secret, hearing @events, live again.
+-- Point the operator sink's webhook @id at URL @url with secret @secret, hearing @events, live
+-- again.
 UPDATE webhooks
 SET url = @url, secret = @secret, previous_secret = NULL, previous_secret_expires_at = NULL,
     events = @events, disabled_at = NULL, disabled_reason = NULL, failing_since = NULL

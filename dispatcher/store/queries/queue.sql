@@ -30,28 +30,28 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 SET LOCAL synchronous_commit = off
 
 -- name: claim
--- Lease up to @limit due rows to engine @owner, visiting the endpoints that have due work in turn (a
--- round robin over endpoint ids: up to @visits of them after the engine's cursor @cursor, which wraps
--- around), each taking at most its free slots (counted across every engine; @default_concurrency for an
--- endpoint without max_concurrency of its own), oldest due first, and for a rate-limited one
--- no more than the whole tokens in its bucket; of an ordering lane, only its head. However
--- deep one endpoint's backlog, every other endpoint with due work is reached within one turn of
--- the ring, and a claim reads about as many rows as it takes. @done_endpoints and @done_counts: the endpoints (@done_endpoints)
--- where this engine has @done_counts attempts over whose results it has not yet written (their rows
--- stay leased until the record; their slots are free: a slot is busy only while its request
--- is). A visited row whose event was expunged, or whose webhook is disabled or deleted, is
--- given up instead. A fifo endpoint is claimed by one transaction at a time (`elsewhere`).
--- Returns each leased row with all that sending it needs, its place in the deal (`deal`,
--- `ring_pos`), whether its endpoint is fifo (`serialised`: `trim_serialised` follows) and
--- its endpoint's rate limit, which granted it (`rate_limit`), and
--- on every row (one row with the rest NULL when nothing was
--- leased) the ring's last visited endpoint and how many it visited, so that the engine moves
--- its cursor on.
+-- Lease up to @limit due rows to engine @owner, visiting the endpoints that have due work in turn
+-- (a round robin over endpoint ids: up to @visits of them after the engine's cursor @cursor, which
+-- wraps around), each taking at most its free slots (counted across every engine;
+-- @default_concurrency for an endpoint without max_concurrency of its own), oldest due first, and
+-- for a rate-limited one no more than the whole tokens in its bucket; of an ordering lane, only its
+-- head. However deep one endpoint's backlog, every other endpoint with due work is reached within
+-- one turn of the ring, and a claim reads about as many rows as it takes. @done_endpoints, with
+-- @done_counts: the endpoints where this engine has that many attempts over
+-- whose results it has not yet written (their rows stay leased until the record; their slots are
+-- free: a slot is busy only while its request is). A visited row whose event was expunged, or whose
+-- webhook is disabled or deleted, is given up instead. A fifo endpoint is claimed by one
+-- transaction at a time (`elsewhere`). Returns each leased row with all that sending it needs, its
+-- place in the deal (`deal`, `ring_pos`), whether its endpoint is fifo (`serialised`:
+-- `trim_serialised` follows) and its endpoint's rate limit, which granted it (`rate_limit`), and on
+-- every row (one row with the rest NULL when nothing was leased) the ring's last visited endpoint
+-- and how many it visited, so that the engine moves its cursor on.
 WITH finishing AS (
     -- This engine's attempts that are over but not yet recorded, per endpoint: their rows
     -- are still leased (the record needs the lease), but their slots are free again. (Never
     -- more than the leases the engine holds there: it frees only its own.)
-    SELECT f.webhook_id, f.n FROM unnest(@done_endpoints::text[], @done_counts::int[]) AS f(webhook_id, n)
+    SELECT f.webhook_id, f.n
+    FROM unnest(@done_endpoints::text[], @done_counts::int[]) AS f(webhook_id, n)
 ), leases AS (
     -- Requests in flight per endpoint, across every engine (its leased rows, read through
     -- the index of leased rows), but for this engine's finished ones: an endpoint's busy
@@ -138,7 +138,8 @@ WITH finishing AS (
             WHERE m.webhook_id = v.webhook_id AND m.due_at <= @now
             ORDER BY m.due_at
             LIMIT CASE WHEN w.ordering = 'fifo' THEN @limit
-                       ELSE greatest(least(coalesce(w.max_concurrency, @default_concurrency) - coalesce(s.n, 0),
+                       ELSE greatest(least(coalesce(w.max_concurrency, @default_concurrency)
+                                               - coalesce(s.n, 0),
                                            share.rows), 0)
                   END
         ) first
@@ -301,7 +302,8 @@ WITH finishing AS (
       AND e.created_at = q.created_at
     RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
               e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
-              w.previous_secret_expires_at, coalesce(w.max_concurrency, @default_concurrency) AS max_concurrency,
+              w.previous_secret_expires_at,
+              coalesce(w.max_concurrency, @default_concurrency) AS max_concurrency,
               q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
               w.secret_headers, q.lane IS NOT NULL AS in_lane,
               w.ordering = 'fifo' AS serialised, ranked.rate_limit, ranked.deal,
@@ -313,14 +315,15 @@ FROM (SELECT max(webhook_id) AS webhook_id, count(*) AS visited FROM ring) ring_
 LEFT JOIN leased ON true
 
 -- name: trim_serialised
--- Sent after a claim that leased rows of fifo endpoints, in its transaction, so under their
--- locks (`elsewhere` above), with a snapshot of its own: taken after those locks, so it sees
--- every lease committed by the claims that held them before. The claim counted the slots from
--- its own snapshot, which may predate the last holder's commit; here, per endpoint, the rows
--- it leased beyond the free slots (counted as the claim counts them: @done_endpoints and @done_counts this engine's
--- finished attempts; @default_concurrency the default limit) are handed back, newest first, due again when they
--- were (@delivery_ids, @due_at: each row leased and its due time). @owner the engine. Returns the rows handed
--- back. Exact: only a claim holding an endpoint's lock adds leases there.
+-- Sent after a claim that leased rows of fifo endpoints, in its transaction, so under their locks
+-- (`elsewhere` above), with a snapshot of its own: taken after those locks, so it sees every lease
+-- committed by the claims that held them before. The claim counted the slots from its own snapshot,
+-- which may predate the last holder's commit; here, per endpoint, the rows it leased beyond the
+-- free slots (counted as the claim counts them: @done_endpoints and @done_counts this engine's
+-- finished attempts; @default_concurrency the default limit) are handed back, newest first, due
+-- again when they were (@delivery_ids, @due_at: each row leased and its due time). @owner the
+-- engine. Returns the rows handed back. Exact: only a claim holding an endpoint's lock adds leases
+-- there.
 WITH mine AS (
     SELECT m.delivery_id, m.due_at, q.webhook_id
     FROM unnest(@delivery_ids::text[], @due_at::timestamptz[]) AS m(delivery_id, due_at)
@@ -331,7 +334,8 @@ WITH mine AS (
            count(*) - least(coalesce(min(f.n), 0), count(*) FILTER (WHERE l.lease_owner = @owner))
                AS n
     FROM delivery_queue l
-    LEFT JOIN unnest(@done_endpoints::text[], @done_counts::int[]) AS f(webhook_id, n) ON f.webhook_id = l.webhook_id
+    LEFT JOIN unnest(@done_endpoints::text[], @done_counts::int[]) AS f(webhook_id, n)
+           ON f.webhook_id = l.webhook_id
     WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM mine)
     GROUP BY l.webhook_id
 ), excess AS (
@@ -446,12 +450,14 @@ RETURNING d.id, d.status, d.created_at, f.stop, d.workspace_id, d.event_id, d.ev
 
 -- name: update_failure_clocks
 -- Execute the failure clocks' changes (`outcomes.ClockChange`), one element per webhook in each
--- array, in id order: @webhook_ids the webhook; @resets a reset (set the clock to @failing_since: the first failure after
--- the last success, or NULL), else a start (set it to @failing_since only when it is not running).
+-- array, in id order: @webhook_ids the webhook; @resets a reset (set the clock to @failing_since:
+-- the first failure after the last success, or NULL), else a start (set it to @failing_since only
+-- when it is not running).
 UPDATE webhooks w
 SET failing_since = CASE WHEN u.reset THEN u.fail_start
                          ELSE coalesce(w.failing_since, u.fail_start) END
-FROM unnest(@webhook_ids::text[], @resets::bool[], @failing_since::timestamptz[]) AS u(id, reset, fail_start)
+FROM unnest(@webhook_ids::text[], @resets::bool[], @failing_since::timestamptz[])
+     AS u(id, reset, fail_start)
 WHERE w.id = u.id
   -- Only rows whose clock really changes: a healthy endpoint's row is not rewritten per flush.
   AND w.failing_since IS DISTINCT FROM
@@ -465,18 +471,19 @@ WHERE w.id = u.id
 SELECT id FROM webhooks WHERE id = ANY(@ids::text[]) ORDER BY id FOR NO KEY UPDATE
 
 -- name: read_failure_clocks
--- The failure clock (`failing_since`) of each of webhooks @maybe_failing, as the record's transaction has
--- just set it.
+-- The failure clock (`failing_since`) of each of webhooks @maybe_failing, as the record's
+-- transaction has just set it.
 SELECT id, failing_since FROM webhooks WHERE id = ANY(@maybe_failing::text[])
 
 -- name: advance_lanes
--- Move on the lanes whose head is among the deliveries @settled_heads a record has just settled: their next
--- delivery heads them, due at @now, or the lane goes (functions.sql, dispatcher_advance_lanes).
+-- Move on the lanes whose head is among the deliveries @settled_heads a record has just settled:
+-- their next delivery heads them, due at @now, or the lane goes (functions.sql,
+-- dispatcher_advance_lanes).
 SELECT dispatcher_advance_lanes(@settled_heads::text[], @now)
 
 -- name: release
--- Hand back engine @owner's leases of deliveries @delivery_ids, which it will not attempt (shutdown): due at
--- @now. Returns (as its status) how many.
+-- Hand back engine @owner's leases of deliveries @delivery_ids, which it will not attempt
+-- (shutdown): due at @now. Returns (as its status) how many.
 UPDATE delivery_queue SET lease_owner = NULL, due_at = @now
 WHERE delivery_id = ANY(@delivery_ids::text[]) AND lease_owner = @owner
 
@@ -504,9 +511,9 @@ RETURNING (xmax = 0) AS registered
 SET LOCAL lock_timeout = '200ms'
 
 -- name: take_over
--- Forget the engines silent for longer than @dead_after seconds, and hand back their leases, and any
--- whose owner is not a live engine: due at @now. Returns each lease handed back, with the engine
--- that held it. Nothing here waits for another transaction: a row that one holds (a stalled
+-- Forget the engines silent for longer than @dead_after seconds, and hand back their leases, and
+-- any whose owner is not a live engine: due at @now. Returns each lease handed back, with the
+-- engine that held it. Nothing here waits for another transaction: a row that one holds (a stalled
 -- engine's transaction, its backend "idle in transaction" until Postgres ends it after
 -- idle_in_transaction_session_timeout, database.engine_session) is left for a later beat.
 WITH dead AS (
@@ -540,8 +547,8 @@ RETURNING o.lease_owner AS owner
 DELETE FROM dispatcher_engines WHERE owner = @owner
 
 -- name: release_held
--- Hand back every lease engine @owner still holds (results it could not write): due at @now. Returns
--- (as its status) how many.
+-- Hand back every lease engine @owner still holds (results it could not write): due at @now.
+-- Returns (as its status) how many.
 UPDATE delivery_queue SET lease_owner = NULL, due_at = @now WHERE lease_owner = @owner
 
 -- name: due_summary
@@ -553,14 +560,14 @@ SELECT count(*) AS n, min(due_at) AS oldest FROM (
 
 -- name: held_summary
 -- What waits for its endpoint rather than for an engine, at @now: for each endpoint with queued
--- rows (a loose scan of delivery_queue_webhook, one descent per endpoint, at most @endpoints_cap of them,
--- in id order), its oldest due time when it has due work, and why no engine may take that
+-- rows (a loose scan of delivery_queue_webhook, one descent per endpoint, at most @endpoints_cap of
+-- them, in id order), its oldest due time when it has due work, and why no engine may take that
 -- work now: 'rate_limit' when its bucket was taken from within the last second (engines are
--- draining it at its rate; a bucket left untouched longer means nobody claims), else
--- 'concurrency' when every slot is leased, else NULL (an engine would claim it). Returns, per
--- reason (NULL: none), how many endpoints, their due rows (counted up to @due_cap per endpoint)
--- and the oldest due time; plus one row 'fifo': the rows parked behind their lane's head
--- (up to @due_cap). @default_concurrency: the concurrency of an endpoint without max_concurrency.
+-- draining it at its rate; a bucket left untouched longer means nobody claims), else 'concurrency'
+-- when every slot is leased, else NULL (an engine would claim it). Returns, per reason (NULL:
+-- none), how many endpoints, their due rows (counted up to @due_cap per endpoint) and the oldest
+-- due time; plus one row 'fifo': the rows parked behind their lane's head (up to @due_cap).
+-- @default_concurrency: the concurrency of an endpoint without max_concurrency.
 WITH RECURSIVE ring (webhook_id, first_due, n) AS (
     (SELECT q.webhook_id, q.due_at, 1 FROM delivery_queue q
      ORDER BY q.webhook_id, q.due_at LIMIT 1)
@@ -607,6 +614,8 @@ SELECT EXISTS (SELECT 1 FROM delivery_queue WHERE due_at <= @now AND lease_owner
 
 -- name: watch_due
 -- The poller's wait (dispatcher_watch_due in functions.sql): what is due once it differs from what
--- the poller saw last (@due rows, @newest the newest due time), or after @for_seconds seconds, probing every @probe_seconds
--- seconds at the database's clock plus @skew; counting at most the newest @cap due rows.
-SELECT due, newest FROM dispatcher_watch_due(@due, @newest, @skew, @probe_seconds, @for_seconds, @cap)
+-- the poller saw last (@due rows, @newest the newest due time), or after @for_seconds seconds,
+-- probing every @probe_seconds seconds at the database's clock plus @skew; counting at most the
+-- newest @cap due rows.
+SELECT due, newest
+FROM dispatcher_watch_due(@due, @newest, @skew, @probe_seconds, @for_seconds, @cap)

@@ -6,7 +6,8 @@
 SELECT pg_advisory_xact_lock(@key)
 
 -- name: bound_lock_waits
--- Wait at most @milliseconds (milliseconds, as text) for each table lock, until the transaction ends.
+-- Wait at most @milliseconds (milliseconds, as text) for each table lock, until the transaction
+-- ends.
 SELECT set_config('lock_timeout', @milliseconds, true)
 
 -- name: lock_tables

@@ -292,10 +292,11 @@ SET
     last_failure_at = greatest(r.last_failure_at, excluded.last_failure_at)
 
 -- name: endpoint_health
--- One endpoint's (@webhook_id) figures over a window from @since (a minute's start), from one snapshot:
--- minute rows in [@since, @hours_from) and from @hours_until on, hour rows in [@hours_from, @hours_until) (@hours_from, @hours_until: the window's whole
--- hours), every engine's rows added up; its status changes since @since; its pending deliveries;
--- the start of its latest success and failure, and since when it has been failing.
+-- One endpoint's (@webhook_id) figures over a window from @since (a minute's start), from one
+-- snapshot: minute rows in [@since, @hours_from) and from @hours_until on, hour rows in
+-- [@hours_from, @hours_until) (@hours_from, @hours_until: the window's whole hours), every engine's
+-- rows added up; its status changes since @since; its pending deliveries; the start of its latest
+-- success and failure, and since when it has been failing.
 WITH rows AS (
     -- Minute rows before the first whole hour and from the current hour on (two ranges of
     -- the primary key: the minutes in between are never read), whole hours in between.

@@ -19,8 +19,9 @@ SELECT id, name, created_at FROM workspaces
 SELECT id FROM workspaces WHERE demo ORDER BY created_at, id LIMIT 1
 
 -- name: insert_number
--- Number @number (E.164) of workspace @workspace_id, as @id; no row when there is no such workspace, or it is
--- the operator sink's (nobody's to change: it would route its calls into every tenant's feed).
+-- Number @number (E.164) of workspace @workspace_id, as @id; no row when there is no such
+-- workspace, or it is the operator sink's (nobody's to change: it would route its calls into every
+-- tenant's feed).
 INSERT INTO phone_numbers (id, workspace_id, number)
 SELECT @id, id, @number FROM workspaces WHERE id = @workspace_id AND NOT operator
 RETURNING id, number, workspace_id, created_at
@@ -30,9 +31,9 @@ RETURNING id, number, workspace_id, created_at
 SELECT id, number, workspace_id, created_at FROM phone_numbers
 
 -- name: insert_key
--- API key @id of workspace @workspace_id: the SHA-256 of the key (@digest), its scopes (@scopes) and name (@name); no
--- row when there is no such workspace, or it is the operator sink's (a key there would read
--- every tenant's operational events and could repoint the sink).
+-- API key @id of workspace @workspace_id: the SHA-256 of the key (@digest), its scopes (@scopes)
+-- and name (@name); no row when there is no such workspace, or it is the operator sink's (a key
+-- there would read every tenant's operational events and could repoint the sink).
 INSERT INTO api_keys (id, workspace_id, key_hash, scopes, name)
 SELECT @id, id, @digest, @scopes, @name FROM workspaces WHERE id = @workspace_id AND NOT operator
 RETURNING id, workspace_id, scopes, name, created_at, revoked_at
@@ -43,9 +44,10 @@ RETURNING id, workspace_id, scopes, name, created_at, revoked_at
 SELECT id, workspace_id, scopes, name, created_at, revoked_at FROM api_keys
 
 -- name: revoke_key
--- Revoke key @key_id (now, unless revoked already), when it is workspace @workspace_id's and @workspace_id is not the
--- operator sink's (any workspace's when @workspace_id is NULL: the CLI's `keys revoke KEY_ID`, which
--- can still revoke a key an older version let be made there); returns its id.
+-- Revoke key @key_id (now, unless revoked already), when it is workspace @workspace_id's and
+-- @workspace_id is not the operator sink's (any workspace's when @workspace_id is NULL: the CLI's
+-- `keys revoke KEY_ID`, which can still revoke a key an older version let be made there); returns
+-- its id.
 UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
 WHERE id = @key_id
   AND (@workspace_id::text IS NULL OR workspace_id = @workspace_id
@@ -58,9 +60,11 @@ SELECT id, workspace_id, key_hash, scopes FROM api_keys
 WHERE key_hash = @digest AND revoked_at IS NULL
 
 -- name: find_numbers
--- Those of refs @refs that are numbers of workspace @workspace_id: by id, or also by E.164 form when @e164.
+-- Those of refs @refs that are numbers of workspace @workspace_id: by id, or also by E.164 form
+-- when @e164.
 SELECT id, number FROM phone_numbers
-WHERE workspace_id = @workspace_id AND (id = ANY(@refs::text[]) OR (@e164 AND number = ANY(@refs::text[])))
+WHERE workspace_id = @workspace_id
+  AND (id = ANY(@refs::text[]) OR (@e164 AND number = ANY(@refs::text[])))
 
 -- name: lock_demo
 -- Serialise the making of the demo workspace (replicas starting together), until the
