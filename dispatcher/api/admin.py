@@ -8,19 +8,16 @@ the workspace in the path is looked up, so a bad body is a 400 wherever it is se
 
 from __future__ import annotations
 
-from functools import partial
-
 from aiohttp import web
 
-from dispatcher.api.context import ADMIN_TOKEN, Services
-from dispatcher.api.found import found, not_found
-from dispatcher.api.http import json_response
+from dispatcher.api.framework.context import ADMIN_TOKEN, Services
+from dispatcher.api.framework.found import found, not_found
+from dispatcher.api.framework.http import json_response
+from dispatcher.api.framework.pagination import Listing, PageQuery
+from dispatcher.api.framework.routing import Routes
 from dispatcher.api.models import AddNumber, CreateKey, CreateWorkspace
-from dispatcher.api.pagination import Pager
 from dispatcher.api.resources import (
-    ApiKey,
     NewApiKey,
-    Page,
     PhoneNumber,
     Workspace,
     api_key,
@@ -28,9 +25,10 @@ from dispatcher.api.resources import (
     phone_number,
     workspace,
 )
-from dispatcher.api.routing import Routes
 from dispatcher.errors import NotFound
 from dispatcher.store import workspaces
+from dispatcher.store.pages import Page as StorePage
+from dispatcher.store.rows import ApiKeyRow, PhoneNumberRow, WorkspaceRow
 
 routes = Routes()
 
@@ -43,10 +41,9 @@ async def create_workspace(
     return json_response(workspace(row), status=201)
 
 
-@routes.get("/v1/admin/workspaces", ADMIN_TOKEN, Page[Workspace])
-async def list_workspaces(request: web.Request, svc: Services) -> web.Response:
-    pager = Pager(request, svc.cursor_key, "admin.workspaces", {})
-    return json_response(await pager.page(partial(workspaces.list_workspaces, svc.db), workspace))
+@routes.list("/v1/admin/workspaces", ADMIN_TOKEN, workspace, cursor="admin.workspaces")
+async def list_workspaces(at: Listing, query: PageQuery) -> StorePage[WorkspaceRow]:
+    return await workspaces.list_workspaces(at.db, **at.page)
 
 
 @routes.get("/v1/admin/workspaces/{workspace_id}", ADMIN_TOKEN, Workspace)
@@ -70,11 +67,11 @@ async def add_workspace_number(
     return json_response(phone_number(row), status=201)
 
 
-@routes.get("/v1/admin/workspaces/{workspace_id}/numbers", ADMIN_TOKEN, Page[PhoneNumber])
-async def list_workspace_numbers(request: web.Request, svc: Services) -> web.Response:
-    pager = Pager(request, svc.cursor_key, "admin.numbers", {})
-    read = partial(workspaces.list_numbers, svc.db, request.match_info["workspace_id"])
-    return json_response(await pager.page(read, phone_number))
+@routes.list(
+    "/v1/admin/workspaces/{workspace_id}/numbers", ADMIN_TOKEN, phone_number, cursor="admin.numbers"
+)
+async def list_workspace_numbers(at: Listing, query: PageQuery) -> StorePage[PhoneNumberRow]:
+    return await workspaces.list_numbers(at.db, at.path["workspace_id"], **at.page)
 
 
 @routes.post(
@@ -89,11 +86,9 @@ async def create_workspace_key(
     return json_response(new_api_key(row, key), status=201)
 
 
-@routes.get("/v1/admin/workspaces/{workspace_id}/keys", ADMIN_TOKEN, Page[ApiKey])
-async def list_workspace_keys(request: web.Request, svc: Services) -> web.Response:
-    pager = Pager(request, svc.cursor_key, "admin.keys", {})
-    read = partial(workspaces.list_keys, svc.db, request.match_info["workspace_id"])
-    return json_response(await pager.page(read, api_key))
+@routes.list("/v1/admin/workspaces/{workspace_id}/keys", ADMIN_TOKEN, api_key, cursor="admin.keys")
+async def list_workspace_keys(at: Listing, query: PageQuery) -> StorePage[ApiKeyRow]:
+    return await workspaces.list_keys(at.db, at.path["workspace_id"], **at.page)
 
 
 @routes.delete("/v1/admin/workspaces/{workspace_id}/keys/{key_id}", ADMIN_TOKEN, status=204)

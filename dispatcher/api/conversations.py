@@ -2,40 +2,38 @@
 
 from __future__ import annotations
 
-from functools import partial
+from typing import Annotated
 
 from aiohttp import web
 
-from dispatcher.api.context import Services
-from dispatcher.api.found import found
-from dispatcher.api.http import json_response
+from dispatcher.api.framework.context import Services
+from dispatcher.api.framework.found import found
+from dispatcher.api.framework.http import json_response
+from dispatcher.api.framework.pagination import Listing, PageQuery
+from dispatcher.api.framework.query import choice, id_of
+from dispatcher.api.framework.routing import Routes
 from dispatcher.api.models import SetConversationStatus
-from dispatcher.api.pagination import Pager
-from dispatcher.api.query import choice, id_parameter, read_query
-from dispatcher.api.resources import Conversation, Page, conversation
-from dispatcher.api.routing import Routes
+from dispatcher.api.resources import Conversation, conversation
 from dispatcher.domain import ids
 from dispatcher.domain.enums import ConversationStatus, Scope
 from dispatcher.store import conversations
+from dispatcher.store.pages import Page as StorePage
+from dispatcher.store.rows import ConversationRow
 from dispatcher.store.workspaces import ApiKey
 
 routes = Routes()
 
-FILTERS = (choice("status", ConversationStatus), id_parameter("numberId", ids.NUMBER))
+
+class ConversationQuery(PageQuery):
+    status: Annotated[str | None, choice(ConversationStatus)] = None
+    numberId: Annotated[str | None, id_of(ids.NUMBER)] = None
 
 
-@routes.get("/v1/conversations", Scope.CONVERSATIONS_READ, Page[Conversation], query=FILTERS)
-async def list_conversations(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    filters = read_query(request, FILTERS)
-    pager = Pager(request, svc.cursor_key, "conversations", filters)
-    read = partial(
-        conversations.list_page,
-        svc.db,
-        key.workspace_id,
-        status=filters["status"],
-        number_id=filters["numberId"],
+@routes.list("/v1/conversations", Scope.CONVERSATIONS_READ, conversation, cursor="conversations")
+async def list_conversations(at: Listing, query: ConversationQuery) -> StorePage[ConversationRow]:
+    return await conversations.list_page(
+        at.db, at.workspace_id, status=query.status, number_id=query.numberId, **at.page
     )
-    return json_response(await pager.page(read, conversation))
 
 
 @routes.get("/v1/conversations/{conversation_id}", Scope.CONVERSATIONS_READ, Conversation)

@@ -24,10 +24,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from dispatcher.api.context import PUBLIC, Services, services
-from dispatcher.api.http import ApiError, json_response, read_body, single_header
+from dispatcher.api.framework.context import PUBLIC, Services, services
+from dispatcher.api.framework.http import ApiError, json_response, read_body, single_header
+from dispatcher.api.framework.routing import Routes
 from dispatcher.api.resources import DemoDeliveries, DemoDelivery
-from dispatcher.api.routing import Routes
 from dispatcher.domain.clock import isoformat
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.signing import secret_key, verify

@@ -3,44 +3,40 @@ expunging an event's content."""
 
 from __future__ import annotations
 
-import re
-from functools import partial
+from typing import Annotated
 
 import orjson
 import structlog
 from aiohttp import web
 
-from dispatcher.api.context import Services
-from dispatcher.api.found import found
-from dispatcher.api.http import ApiError, json_response, read_object, validate
-from dispatcher.api.idempotency import IDEMPOTENCY_KEY, idempotency_key, request_fingerprint
+from dispatcher.api.framework.context import Services
+from dispatcher.api.framework.found import found
+from dispatcher.api.framework.http import ApiError, json_response, read_object, validate
+from dispatcher.api.framework.idempotency import (
+    IDEMPOTENCY_KEY,
+    idempotency_key,
+    request_fingerprint,
+)
+from dispatcher.api.framework.pagination import Listing, PageQuery
+from dispatcher.api.framework.query import instant, pattern
+from dispatcher.api.framework.routing import Routes
 from dispatcher.api.models import PublishBatch, PublishEvent
 from dispatcher.api.numbers import foreign_numbers, not_the_workspaces, own_number
-from dispatcher.api.pagination import Pager
-from dispatcher.api.query import (
-    QueryParameter,
-    instant_parameter,
-    read_query,
-    read_time_range,
-)
 from dispatcher.api.resources import (
-    Delivery,
     EventEnvelope,
     EventWithDeliveries,
-    Page,
     PublishedEvents,
-    StoredEvent,
     delivery,
     event_with_deliveries,
     stored_event,
 )
-from dispatcher.api.routing import Routes
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.events import EVENT_TYPE_PATTERN
 from dispatcher.errors import FieldError, IdempotencyKeyReused, ValidationFailed
 from dispatcher.store import deliveries, events, expunge
 from dispatcher.store.events import NewEvent
-from dispatcher.store.rows import EventRow
+from dispatcher.store.pages import Page as StorePage
+from dispatcher.store.rows import DeliveryRow, EventRow
 from dispatcher.store.workspaces import ApiKey
 
 routes = Routes()
@@ -170,40 +166,30 @@ def _item(path: str) -> int:
     return int(path.removeprefix("body.events[").partition("]")[0])
 
 
-_EVENT_TYPE = re.compile(EVENT_TYPE_PATTERN)
-# Event types as the outbox function takes them (`contact.updated`, `order.paid_late`): the
-# stream may hold types beyond the catalog, so the filter is a pattern, not a closed list.
-EVENT_TYPE = QueryParameter(
-    "type",
-    {"type": "string", "pattern": f"^{EVENT_TYPE_PATTERN}$"},
-    lambda value: _EVENT_TYPE.fullmatch(value) is not None,
-    "must be an event type, like contact.updated",
-)
-SINCE = instant_parameter("since", "events created at or after this time (inclusive)")
-UNTIL = instant_parameter("until", "events created before this time (exclusive)")
-EVENT_FILTERS = (EVENT_TYPE, SINCE, UNTIL)
 SUMMARIES = 100  # deliveries shown with an event; its deliveries list pages through all
 
 
-@routes.get("/v1/events", Scope.EVENTS_READ, Page[StoredEvent], query=EVENT_FILTERS)
-async def list_events(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+class EventQuery(PageQuery):
+    # Event types as the outbox function takes them (`contact.updated`, `order.paid_late`):
+    # the stream may hold types beyond the catalog, so the filter is a pattern, not a closed
+    # list.
+    type: Annotated[
+        str | None, pattern(EVENT_TYPE_PATTERN, "must be an event type, like contact.updated")
+    ] = None
+    since: Annotated[str | None, instant("events created at or after this time (inclusive)")] = None
+    until: Annotated[str | None, instant("events created before this time (exclusive)")] = None
+
+
+@routes.list("/v1/events", Scope.EVENTS_READ, stored_event, cursor="events")
+async def list_events(at: Listing, query: EventQuery) -> StorePage[EventRow]:
     """The workspace's events, newest first (test events are not part of the stream)."""
-    filters = read_query(request, EVENT_FILTERS)
-    since, until = read_time_range(request, SINCE, UNTIL)
-    pager = Pager(request, svc.cursor_key, "events", filters)
-    read = partial(
-        events.list_page,
-        svc.db,
-        key.workspace_id,
-        event_type=filters["type"],
-        since=since,
-        until=until,
+    return await events.list_page(
+        at.db, at.workspace_id, event_type=query.type, **query.time_range(), **at.page
     )
-    return json_response(await pager.page(read, stored_event))
 
 
-async def _event(svc: Services, key: ApiKey, event_id: str) -> EventRow:
-    return found(await events.get(svc.db, key.workspace_id, event_id), "event")
+async def _event(svc: Services, workspace_id: str, event_id: str) -> EventRow:
+    return found(await events.get(svc.db, workspace_id, event_id), "event")
 
 
 async def _with_deliveries(svc: Services, key: ApiKey, row: EventRow) -> EventWithDeliveries:
@@ -222,7 +208,7 @@ async def _with_deliveries(svc: Services, key: ApiKey, row: EventRow) -> EventWi
 async def get_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """The event as published (`data` null once expunged), with how many deliveries it has and
     the first 100."""
-    row = await _event(svc, key, request.match_info["event_id"])
+    row = await _event(svc, key.workspace_id, request.match_info["event_id"])
     return json_response(await _with_deliveries(svc, key, row))
 
 
@@ -242,11 +228,12 @@ async def expunge_event(request: web.Request, svc: Services, key: ApiKey) -> web
     return json_response(await _with_deliveries(svc, key, row))
 
 
-@routes.get("/v1/events/{event_id}/deliveries", Scope.EVENTS_READ, Page[Delivery])
-async def list_event_deliveries(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+@routes.list(
+    "/v1/events/{event_id}/deliveries", Scope.EVENTS_READ, delivery, cursor="event-deliveries"
+)
+async def list_event_deliveries(at: Listing, query: PageQuery) -> StorePage[DeliveryRow]:
     """Every delivery of the event, newest first, one per subscription it went to."""
-    event_id = request.match_info["event_id"]
-    pager = Pager(request, svc.cursor_key, "event-deliveries", {"eventId": event_id})
-    row = await _event(svc, key, event_id)
-    read = partial(deliveries.list_for_event, svc.db, key.workspace_id, row.id, row.created_at)
-    return json_response(await pager.page(read, delivery))
+    row = await _event(at.svc, at.workspace_id, at.path["event_id"])
+    return await deliveries.list_for_event(
+        at.db, at.workspace_id, row.id, row.created_at, **at.page
+    )

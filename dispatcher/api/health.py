@@ -7,10 +7,10 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dispatcher.api import metrics
-from dispatcher.api.connections import ConnectionLimits, guard_connections
-from dispatcher.api.context import PUBLIC, services
-from dispatcher.api.http import Handler, errors_middleware, json_response
-from dispatcher.api.routing import Routes
+from dispatcher.api.framework.connections import ConnectionLimits, guard_connections
+from dispatcher.api.framework.context import PUBLIC, services
+from dispatcher.api.framework.http import Handler, errors_middleware, json_response
+from dispatcher.api.framework.routing import Routes
 from dispatcher.errors import DatabaseUnavailable
 from dispatcher.store import schema
 

@@ -7,12 +7,12 @@ from typing import TypedDict
 
 from aiohttp import web
 
-from dispatcher.api.context import Services
-from dispatcher.api.http import json_response
+from dispatcher.api.framework.context import Services
+from dispatcher.api.framework.http import json_response
+from dispatcher.api.framework.routing import Routes
 from dispatcher.api.models import InboundCall, InboundMessage
 from dispatcher.api.numbers import not_the_workspaces, own_number
 from dispatcher.api.resources import Call, Message, MessageMedia, call, message
-from dispatcher.api.routing import Routes
 from dispatcher.domain.enums import Direction, Scope
 from dispatcher.domain.events import CALL_STATUS_EVENTS
 from dispatcher.store import messages, workspaces

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dispatcher.api.context import ANY_KEY, Services
-from dispatcher.api.http import json_response
+from dispatcher.api.framework.context import ANY_KEY, Services
+from dispatcher.api.framework.http import json_response
+from dispatcher.api.framework.routing import Routes
 from dispatcher.api.resources import Me, me
-from dispatcher.api.routing import Routes
 from dispatcher.store.workspaces import ApiKey
 
 routes = Routes()

@@ -3,34 +3,40 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from functools import partial
+from typing import Annotated
 
 import structlog
 from aiohttp import web
 
-from dispatcher.api.context import Services
-from dispatcher.api.found import found
-from dispatcher.api.http import json_response, read_object, validate
-from dispatcher.api.idempotency import IDEMPOTENCY_KEY, idempotency_key, request_fingerprint
+from dispatcher.api.framework.context import Services
+from dispatcher.api.framework.found import found
+from dispatcher.api.framework.http import json_response, read_object, validate
+from dispatcher.api.framework.idempotency import (
+    IDEMPOTENCY_KEY,
+    idempotency_key,
+    request_fingerprint,
+)
+from dispatcher.api.framework.pagination import Listing, PageQuery
+from dispatcher.api.framework.query import E164, choice, id_of
+from dispatcher.api.framework.routing import Routes
 from dispatcher.api.models import SendMessage
 from dispatcher.api.numbers import own_number
-from dispatcher.api.pagination import Pager
-from dispatcher.api.query import choice, e164_parameter, id_parameter, read_query
-from dispatcher.api.resources import Message, Page, message
-from dispatcher.api.routing import Routes
+from dispatcher.api.resources import Message, message
 from dispatcher.domain import ids
 from dispatcher.domain.enums import Direction, Scope
 from dispatcher.store import expunge, messages
+from dispatcher.store.pages import Page as StorePage
+from dispatcher.store.rows import MessageRow
 from dispatcher.store.workspaces import ApiKey
 
 routes = Routes()
 log = structlog.get_logger("dispatcher.api")
 
-FILTERS = (
-    id_parameter("numberId", ids.NUMBER),
-    e164_parameter("contact"),
-    choice("direction", Direction),
-)
+
+class MessageQuery(PageQuery):
+    numberId: Annotated[str | None, id_of(ids.NUMBER)] = None
+    contact: Annotated[str | None, E164] = None
+    direction: Annotated[str | None, choice(Direction)] = None
 
 
 @routes.post(
@@ -70,19 +76,16 @@ async def send_message(request: web.Request, svc: Services, key: ApiKey) -> web.
     return json_response(message(row), status=202, headers=headers)
 
 
-@routes.get("/v1/messages", Scope.MESSAGES_READ, Page[Message], query=FILTERS)
-async def list_messages(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    filters = read_query(request, FILTERS)
-    pager = Pager(request, svc.cursor_key, "messages", filters)
-    read = partial(
-        messages.list_page,
-        svc.db,
-        key.workspace_id,
-        number_id=filters["numberId"],
-        contact=filters["contact"],
-        direction=filters["direction"],
+@routes.list("/v1/messages", Scope.MESSAGES_READ, message, cursor="messages")
+async def list_messages(at: Listing, query: MessageQuery) -> StorePage[MessageRow]:
+    return await messages.list_page(
+        at.db,
+        at.workspace_id,
+        number_id=query.numberId,
+        contact=query.contact,
+        direction=query.direction,
+        **at.page,
     )
-    return json_response(await pager.page(read, message))
 
 
 @routes.get("/v1/messages/{message_id}", Scope.MESSAGES_READ, Message)

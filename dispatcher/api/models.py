@@ -3,7 +3,7 @@
 Strict types (no coercion), unknown fields refused. An enumeration field is not strict: in
 Python mode, strict pydantic takes only enum members, and bodies arrive as JSON strings.
 
-The document (api/openapi.py) is as strict as these models: a rule a validator enforces
+The document (api/framework/openapi.py) is as strict as these models: a rule a validator enforces
 (`AfterValidator`) is stated beside it for JSON Schema (`documented`), from the same domain
 constant, so that generated clients and fuzzers send only what the server takes. What no
 schema can say (a number the workspace owns, a rule across two fields) is in the field's
@@ -28,7 +28,8 @@ from pydantic import (
     field_validator,
 )
 
-from dispatcher.api.idempotency import IDEMPOTENCY_KEY_PROBLEM, IDEMPOTENCY_KEY_SHAPE
+from dispatcher.api.framework.idempotency import IDEMPOTENCY_KEY_PROBLEM, IDEMPOTENCY_KEY_SHAPE
+from dispatcher.api.framework.openapi import JSON_VALUE_REF
 from dispatcher.domain import headers, ids, payload_filter
 from dispatcher.domain.enums import CallStatus, ConversationStatus, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, OPERATIONAL_TYPES, PUBLISHABLE_TYPES
@@ -47,9 +48,6 @@ from dispatcher.domain.text import (
     visible_text_pattern,
 )
 from dispatcher.domain.urls import check_webhook_url, url_pattern
-
-# The document's name for any JSON value a body may carry (api/openapi.py defines it).
-JSON_VALUE_REF = "#/components/schemas/JsonValue"
 
 
 def documented(pattern: str | Callable[[], str] | None = None, **facts: Any) -> Any:
@@ -133,7 +131,7 @@ MessageText = Annotated[
     AfterValidator(_text),
     documented(visible_text_pattern),
 ]
-# Any text of a body: no NUL (api/http.py refuses it in every string).
+# Any text of a body: no NUL (api/framework/http.py refuses it in every string).
 Text = Annotated[str, documented(NO_NUL_PATTERN)]
 
 

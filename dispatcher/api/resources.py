@@ -4,7 +4,7 @@ store's typed row (store/rows.py), reads its attributes, and makes the enumerati
 of the columns that hold them.
 
 These types are the only description of the responses: mypy holds each builder to its type,
-and the OpenAPI document (api/openapi.py) derives every response schema from them. The
+and the OpenAPI document (api/framework/openapi.py) derives every response schema from them. The
 resources events carry too (Message, Call, EventEnvelope) are the domain's
 (domain/resources.py) and are re-exported here, so that this module lists every shape the API
 answers. See domain/resources.py for why these are TypedDicts and not models.
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Annotated, Any, Generic, NotRequired, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
 from pydantic import GetPydanticSchema
 from typing_extensions import TypedDict
 
+from dispatcher.api.framework.shapes import ErrorBody, ErrorDetail, Page
 from dispatcher.domain.clock import isoformat, isoformat_or_none
 from dispatcher.domain.enums import (
     AttemptTrigger,
@@ -125,13 +126,6 @@ class Event(EventEnvelope):
 # An event as the stream lists it: its stored envelope with `expunged` and `orderingKey`
 # added, still never parsed (see `stored_event`).
 StoredEvent = Annotated[orjson.Fragment, GetPydanticSchema(lambda _, handler: handler(Event))]
-
-
-class Page(TypedDict, Generic[ItemT]):
-    """One page of a list, newest first; `nextCursor` is null on the last page."""
-
-    data: list[ItemT]
-    nextCursor: str | None
 
 
 class PublishedEvents(TypedDict):
@@ -366,24 +360,6 @@ class Me(TypedDict):
     workspaceId: str
     keyId: str
     scopes: list[Scope]
-
-
-class ErrorDetail(TypedDict):
-    """One field's problem: `path` is `body.<field>`, `query.<name>` or `header.<name>`."""
-
-    path: str
-    message: str
-
-
-class ErrorBody(TypedDict):
-    """Every error answer has this shape; `trace` is the answer's `X-Request-Id`."""
-
-    status: int
-    code: str
-    title: str
-    message: str
-    errors: NotRequired[list[ErrorDetail]]
-    trace: str
 
 
 def workspace(row: WorkspaceRow) -> Workspace:

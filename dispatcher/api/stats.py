@@ -3,20 +3,20 @@ rollups (store/stats.py), so it answers as fast for a million attempts as for te
 
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import Annotated
 
 from aiohttp import web
 
-from dispatcher.api.context import Services
-from dispatcher.api.http import json_response
-from dispatcher.api.query import choice
+from dispatcher.api.framework.context import Services
+from dispatcher.api.framework.http import json_response
+from dispatcher.api.framework.query import Query, choice
+from dispatcher.api.framework.routing import Routes
 from dispatcher.api.resources import (
     AttemptsPerMinute,
     WebhookStats,
     attempts_per_minute,
     webhook_stats,
 )
-from dispatcher.api.routing import Routes
 from dispatcher.domain import health
 from dispatcher.domain.enums import Scope
 from dispatcher.domain.health import StatsWindow
@@ -26,21 +26,23 @@ from dispatcher.store.workspaces import ApiKey
 routes = Routes()
 
 DEFAULT_WINDOW = StatsWindow.DAY
-_WINDOW = choice("window", StatsWindow)
-WINDOW = replace(
-    _WINDOW,
-    schema={
-        **_WINDOW.schema,
-        "default": DEFAULT_WINDOW.value,
-        "description": "how far back, in whole minutes from now",
-    },
-)
 
 
-@routes.get("/v1/webhooks/{webhook_id}/stats", Scope.WEBHOOKS_READ, WebhookStats, query=(WINDOW,))
+class StatsQuery(Query):
+    window: Annotated[
+        str,
+        choice(
+            StatsWindow,
+            default=DEFAULT_WINDOW.value,
+            description="how far back, in whole minutes from now",
+        ),
+    ] = DEFAULT_WINDOW.value
+
+
+@routes.get("/v1/webhooks/{webhook_id}/stats", Scope.WEBHOOKS_READ, WebhookStats, query=StatsQuery)
 async def get_webhook_stats(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
     """An endpoint's deliveries, attempts, response times and failure clock over a window."""
-    window = StatsWindow(WINDOW.read(request) or DEFAULT_WINDOW)
+    window = StatsWindow(StatsQuery.parse(request.query).window)
     webhook_id = request.match_info["webhook_id"]
     await webhooks.require_readable(svc.db, key.workspace_id, webhook_id)
     health = await stats.read(svc.db, webhook_id, svc.clock.now(), window)

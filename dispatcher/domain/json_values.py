@@ -56,6 +56,6 @@ def in_range(number: int | float) -> bool:
 
 def json_problem(value: Any) -> str | None:
     """Why `value` cannot be stored as a free-form JSON value, or None. The numbers of a
-    request body are checked where it is parsed (api/http.py: an integer beyond 64 bits is
+    request body are checked where it is parsed (api/framework/http.py: an integer beyond 64 bits is
     a float by then), so here the depth alone."""
     return DEPTH_PROBLEM if deeper_than(value, MAX_JSON_DEPTH) else None

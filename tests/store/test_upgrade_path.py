@@ -22,7 +22,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher.api import resources
 from dispatcher.api.app import create_app
-from dispatcher.api.context import SCOPES, Services
+from dispatcher.api.framework.context import SCOPES, Services
 from dispatcher.domain import ids, signing
 from dispatcher.domain.clock import FakeClock, isoformat
 from dispatcher.domain.events import API_VERSION, TEST_EVENT

@@ -13,11 +13,11 @@
         ...
 
 A declaration takes the path; the credential (a scope, `ANY_KEY`, `ADMIN_TOKEN` or `PUBLIC`:
-api/context.py); the type of the answer (a TypedDict of api/resources.py or `Page[...]`; none
+framework/context.py); the type of the answer (a TypedDict of api/resources.py or `Page[...]`; none
 when the document does not describe it); then, by keyword, the success `status` (200), the
 `body` model (api/models.py), the `query` parameters and `headers` the handler reads, the
 `errors` the route adds to those every route can give, and `also`, other statuses answered in
-the success's shape (api/operations.py, `Operation`).
+the success's shape (api/framework/operations.py, `Operation`).
 
 One declaration does three things. It registers the route: the table is what
 `app.router.add_routes` takes. It guards the route, in this order: the credential (401, then
@@ -25,7 +25,7 @@ the scope's 403), the refusal of a body the route does not take (`admit`), then,
 route names a `body`, the body read and validated (400 naming each field); only then is the
 handler called, handed the services and the key (a workspace key's route), the services (the
 admin token's) or nothing (a public route), and the parsed body last. And it keeps the route
-(`Route`) for the OpenAPI document and the strict-input middleware (api/openapi.py).
+(`Route`) for the OpenAPI document and the strict-input middleware (api/framework/openapi.py).
 
 The handler's parameters are checked by mypy against the declaration (the overloads of
 `Method`): a handler of a route with a `body` takes that model, the admin token's takes no
@@ -38,19 +38,25 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any, TypedDict, TypeVar, Unpack, overload
+from typing import Any, TypedDict, TypeVar, Unpack, get_type_hints, overload
 
 from aiohttp import web
 from pydantic import BaseModel
 
-from dispatcher.api.context import AdminToken, AnyKey, Credential, Public, Services, admit
-from dispatcher.api.http import parse_body
-from dispatcher.api.operations import HeaderParameter, Operation, Route
-from dispatcher.api.query import QueryParameter
+from dispatcher.api.framework.context import AdminToken, AnyKey, Credential, Public, Services, admit
+from dispatcher.api.framework.http import json_response, parse_body
+from dispatcher.api.framework.operations import HeaderParameter, Operation, Route
+from dispatcher.api.framework.pagination import Listing, PageQuery, page_of
+from dispatcher.api.framework.query import Query
+from dispatcher.api.framework.shapes import Page
 from dispatcher.domain.enums import Scope
+from dispatcher.store import pages
+from dispatcher.store.rows import RowT
 from dispatcher.store.workspaces import ApiKey
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+ItemT = TypeVar("ItemT")
+PageQueryT = TypeVar("PageQueryT", bound=PageQuery)
 Answer = Awaitable[web.StreamResponse]
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Answer])
 # A handler by the route's credential, and with the body the route parses for it.
@@ -61,13 +67,17 @@ AdminBodyHandler = Callable[[web.Request, Services, ModelT], Answer]
 PublicHandler = Callable[[web.Request], Answer]
 # A declaration: it hands the handler back as it was (aiohttp is given the guarded one).
 Declare = Callable[[HandlerT], HandlerT]
+# A list's store read: its page for the list's bounds, path and workspace, and its query.
+ListRead = Callable[[Listing, PageQueryT], Awaitable[pages.Page[RowT]]]
+# A check of the resource a list lives under (api/parents.py).
+Within = Callable[[Listing], Awaitable[None]]
 
 
 class Options(TypedDict, total=False):
     """What a route declares by keyword besides its body (`Operation`'s fields)."""
 
     status: int
-    query: tuple[QueryParameter, ...]
+    query: type[Query]
     headers: tuple[HeaderParameter, ...]
     errors: tuple[int, ...]
     also: Mapping[int, str]
@@ -149,6 +159,65 @@ class Routes:
 
         return register
 
+    @overload
+    def list(
+        self,
+        path: str,
+        credential: Scope | AdminToken,
+        render: Callable[[RowT], ItemT],
+        *,
+        cursor: str,
+    ) -> Callable[[ListRead[PageQueryT, RowT]], ListRead[PageQueryT, RowT]]: ...
+    @overload
+    def list(
+        self,
+        path: str,
+        credential: Scope | AdminToken,
+        *,
+        render_with_services: Callable[[Services, RowT], ItemT],
+        cursor: str,
+    ) -> Callable[[ListRead[PageQueryT, RowT]], ListRead[PageQueryT, RowT]]: ...
+    def list(
+        self,
+        path: str,
+        credential: Scope | AdminToken,
+        render: Callable[[Any], Any] | None = None,
+        *,
+        render_with_services: Callable[[Services, Any], Any] | None = None,
+        cursor: str,
+    ) -> Callable[[ListRead[Any, Any]], ListRead[Any, Any]]:
+        """Declare a list (`GET`): its store read (the function declared), its filters (the
+        `PageQuery` model the read takes as `query`), and its answer, a `Page` of what `render` (or
+        `render_with_services`, for a rendering that reads a setting) returns, each row
+        rendered. The route parses the
+        query, reads `limit` and the cursor (bound to the list's name `cursor`, the
+        workspace, the path's ids and the filters: api/framework/pagination.py), then calls
+        the read and answers the page. The read is named as the operation (`list_messages`:
+        `listMessages`). A read whose `at` is a `Listing` annotated with a check
+        (`Annotated[Listing, check]`, api/parents.py) has the list's parent checked first (a
+        404); a read that needs the parent's row looks it up itself."""
+
+        rendering = render_with_services or _ignoring_services(render)
+
+        def register(read: ListRead[Any, Any]) -> ListRead[Any, Any]:
+            hints = get_type_hints(read, include_extras=True)
+            query: type[PageQuery] = hints["query"]
+            within: Within | None = next(iter(getattr(hints["at"], "__metadata__", ())), None)
+
+            async def answer(request: web.Request, svc: Services, *key: ApiKey) -> web.Response:
+                parsed = query.parse(request.query)
+                item = functools.partial(rendering, svc)
+                read_page = functools.partial(_read, read, parsed, within)
+                return json_response(await page_of(request, svc, cursor, parsed, read_page, item))
+
+            functools.update_wrapper(answer, read)
+            item = get_type_hints(rendering, include_extras=True)["return"]
+            operation = Operation(response=Page[item], query=query)  # type: ignore[valid-type]
+            self.declare("GET", path, credential, operation, parses=None)(answer)
+            return read
+
+        return register
+
     def __iter__(self) -> Iterator[web.RouteDef]:
         return iter(self._definitions)
 
@@ -167,6 +236,25 @@ def _guarded(
         return await handler(request, *admitted, await parse_body(request, body))
 
     return guarded
+
+
+def _ignoring_services(render: Callable[[Any], Any] | None) -> Callable[[Services, Any], Any]:
+    if render is None:
+        raise TypeError("a list renders its rows: `render` or `render_with_services`")
+
+    def rendering(_svc: Services, row: Any) -> Any:
+        return render(row)
+
+    rendering.__annotations__["return"] = get_type_hints(render, include_extras=True)["return"]
+    return rendering
+
+
+async def _read(
+    read: ListRead[PageQueryT, RowT], query: PageQueryT, within: Within | None, listing: Listing
+) -> pages.Page[RowT]:
+    if within is not None:
+        await within(listing)
+    return await read(listing, query)
 
 
 def declared_routes(*tables: Routes) -> list[Route]:
