@@ -12,7 +12,6 @@ from aiohttp import web
 
 from dispatcher.api.framework.context import ADMIN_TOKEN, Services
 from dispatcher.api.framework.found import found, not_found
-from dispatcher.api.framework.http import json_response
 from dispatcher.api.framework.pagination import Listing, PageQuery
 from dispatcher.api.framework.routing import Routes
 from dispatcher.api.models import AddNumber, CreateKey, CreateWorkspace
@@ -34,11 +33,9 @@ routes = Routes()
 
 
 @routes.post("/v1/admin/workspaces", ADMIN_TOKEN, Workspace, status=201, body=CreateWorkspace)
-async def create_workspace(
-    request: web.Request, svc: Services, body: CreateWorkspace
-) -> web.Response:
+async def create_workspace(request: web.Request, svc: Services, body: CreateWorkspace) -> Workspace:
     row = await workspaces.insert_workspace(svc.db, body.name)
-    return json_response(workspace(row), status=201)
+    return workspace(row)
 
 
 @routes.list("/v1/admin/workspaces", ADMIN_TOKEN, workspace, cursor="admin.workspaces")
@@ -47,9 +44,9 @@ async def list_workspaces(at: Listing, query: PageQuery) -> StorePage[WorkspaceR
 
 
 @routes.get("/v1/admin/workspaces/{workspace_id}", ADMIN_TOKEN, Workspace)
-async def get_workspace(request: web.Request, svc: Services) -> web.Response:
+async def get_workspace(request: web.Request, svc: Services) -> Workspace:
     row = await workspaces.get_workspace(svc.db, request.match_info["workspace_id"])
-    return json_response(workspace(found(row, "workspace")))
+    return workspace(found(row, "workspace"))
 
 
 @routes.post(
@@ -60,11 +57,9 @@ async def get_workspace(request: web.Request, svc: Services) -> web.Response:
     body=AddNumber,
     errors=(409,),
 )
-async def add_workspace_number(
-    request: web.Request, svc: Services, body: AddNumber
-) -> web.Response:
+async def add_workspace_number(request: web.Request, svc: Services, body: AddNumber) -> PhoneNumber:
     row = await workspaces.insert_number(svc.db, request.match_info["workspace_id"], body.number)
-    return json_response(phone_number(row), status=201)
+    return phone_number(row)
 
 
 @routes.list(
@@ -77,13 +72,11 @@ async def list_workspace_numbers(at: Listing, query: PageQuery) -> StorePage[Pho
 @routes.post(
     "/v1/admin/workspaces/{workspace_id}/keys", ADMIN_TOKEN, NewApiKey, status=201, body=CreateKey
 )
-async def create_workspace_key(
-    request: web.Request, svc: Services, body: CreateKey
-) -> web.Response:
+async def create_workspace_key(request: web.Request, svc: Services, body: CreateKey) -> NewApiKey:
     row, key = await workspaces.insert_key(
         svc.db, request.match_info["workspace_id"], body.scopes, body.name
     )
-    return json_response(new_api_key(row, key), status=201)
+    return new_api_key(row, key)
 
 
 @routes.list("/v1/admin/workspaces/{workspace_id}/keys", ADMIN_TOKEN, api_key, cursor="admin.keys")
@@ -92,7 +85,7 @@ async def list_workspace_keys(at: Listing, query: PageQuery) -> StorePage[ApiKey
 
 
 @routes.delete("/v1/admin/workspaces/{workspace_id}/keys/{key_id}", ADMIN_TOKEN, status=204)
-async def revoke_workspace_key(request: web.Request, svc: Services) -> web.Response:
+async def revoke_workspace_key(request: web.Request, svc: Services) -> None:
     """Revoked at once in every replica (store/key_cache.py); revoking again is a 204 too."""
     try:
         await workspaces.revoke_key(
@@ -103,4 +96,3 @@ async def revoke_workspace_key(request: web.Request, svc: Services) -> web.Respo
         )
     except NotFound:
         raise not_found("key") from None
-    return web.Response(status=204)

@@ -8,7 +8,6 @@ from aiohttp import web
 
 from dispatcher.api.framework.context import Services
 from dispatcher.api.framework.found import found
-from dispatcher.api.framework.http import json_response
 from dispatcher.api.framework.pagination import Listing, PageQuery
 from dispatcher.api.framework.query import choice, id_of
 from dispatcher.api.framework.routing import Routes
@@ -37,9 +36,9 @@ async def list_conversations(at: Listing, query: ConversationQuery) -> StorePage
 
 
 @routes.get("/v1/conversations/{conversation_id}", Scope.CONVERSATIONS_READ, Conversation)
-async def get_conversation(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def get_conversation(request: web.Request, svc: Services, key: ApiKey) -> Conversation:
     row = await conversations.get(svc.db, key.workspace_id, request.match_info["conversation_id"])
-    return json_response(conversation(found(row, "conversation")))
+    return conversation(found(row, "conversation"))
 
 
 @routes.post(
@@ -50,8 +49,8 @@ async def get_conversation(request: web.Request, svc: Services, key: ApiKey) -> 
 )
 async def set_conversation_status(
     request: web.Request, svc: Services, key: ApiKey, body: SetConversationStatus
-) -> web.Response:
+) -> Conversation:
     row = await conversations.set_status(
         svc.db, key.workspace_id, request.match_info["conversation_id"], body.status
     )
-    return json_response(conversation(found(row, "conversation")))
+    return conversation(found(row, "conversation"))

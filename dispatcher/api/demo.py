@@ -25,7 +25,7 @@ import orjson
 from aiohttp import web
 
 from dispatcher.api.framework.context import PUBLIC, Services, services
-from dispatcher.api.framework.http import ApiError, json_response, read_body, single_header
+from dispatcher.api.framework.http import ApiError, read_body, single_header
 from dispatcher.api.framework.routing import Routes
 from dispatcher.api.resources import DemoDeliveries, DemoDelivery
 from dispatcher.domain.clock import isoformat
@@ -122,7 +122,7 @@ async def _verified_by(
 
 
 @routes.post(PATH, PUBLIC, status=204)
-async def receive_demo_delivery(request: web.Request) -> web.Response:
+async def receive_demo_delivery(request: web.Request) -> None:
     """What a receiver does: verify, keep, answer 2xx (401 when the signature does not hold,
     so that the sender sees the refusal in its attempt log)."""
     svc, receiver = services(request), request.app[DEMO_RECEIVER]
@@ -148,13 +148,11 @@ async def receive_demo_delivery(request: web.Request) -> web.Response:
             "the webhook signature is missing, stale or does not verify with a demo webhook's "
             "secret",
         )
-    return web.Response(status=204)
 
 
 @routes.get(PATH, Scope.WEBHOOKS_READ, DemoDeliveries)
-async def list_demo_deliveries(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def list_demo_deliveries(request: web.Request, svc: Services, key: ApiKey) -> DemoDeliveries:
     receiver = request.app[DEMO_RECEIVER]
     if key.workspace_id != receiver.workspace_id:
         raise NotFound("the demo receiver belongs to the demo workspace")
-    found: DemoDeliveries = {"data": [received.resource() for received in receiver.latest()]}
-    return json_response(found)
+    return {"data": [received.resource() for received in receiver.latest()]}

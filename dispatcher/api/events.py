@@ -11,7 +11,7 @@ from aiohttp import web
 
 from dispatcher.api.framework.context import Services
 from dispatcher.api.framework.found import found
-from dispatcher.api.framework.http import ApiError, json_response, read_object, validate
+from dispatcher.api.framework.http import ApiError, read_object, validate
 from dispatcher.api.framework.idempotency import (
     IDEMPOTENCY_KEY,
     idempotency_key,
@@ -19,13 +19,13 @@ from dispatcher.api.framework.idempotency import (
 )
 from dispatcher.api.framework.pagination import Listing, PageQuery
 from dispatcher.api.framework.query import instant, pattern
-from dispatcher.api.framework.routing import Routes
+from dispatcher.api.framework.routing import Routes, WithHeaders
 from dispatcher.api.models import PublishBatch, PublishEvent
 from dispatcher.api.numbers import foreign_numbers, not_the_workspaces, own_number
 from dispatcher.api.resources import (
-    EventEnvelope,
     EventWithDeliveries,
     PublishedEvents,
+    StoredEnvelope,
     delivery,
     event_with_deliveries,
     stored_event,
@@ -46,13 +46,15 @@ log = structlog.get_logger("dispatcher.api")
 @routes.post(
     "/v1/events",
     Scope.EVENTS_WRITE,
-    EventEnvelope,
+    StoredEnvelope,
     status=202,
     body_parsed_by_handler=PublishEvent,
     headers=(IDEMPOTENCY_KEY,),
     errors=(422,),
 )
-async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def publish_event(
+    request: web.Request, svc: Services, key: ApiKey
+) -> WithHeaders[orjson.Fragment]:
     """202 with the event envelope. With `Idempotency-Key`, the identical request within 24
     hours answers the first event (and `Idempotent-Replayed: true`) and creates nothing;
     another request under that key is 422 `idempotency_key_reused` and creates nothing."""
@@ -74,7 +76,7 @@ async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web
     )
     headers = {} if created else {"Idempotent-Replayed": "true"}
     # The stored envelope, embedded as it is: never parsed and re-serialised.
-    return json_response(orjson.Fragment(payload), status=202, headers=headers)
+    return WithHeaders(orjson.Fragment(payload), headers)
 
 
 @routes.post(
@@ -85,7 +87,9 @@ async def publish_event(request: web.Request, svc: Services, key: ApiKey) -> web
     body_parsed_by_handler=PublishBatch,
     errors=(422,),
 )
-async def publish_events(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def publish_events(
+    request: web.Request, svc: Services, key: ApiKey
+) -> WithHeaders[PublishedEvents]:
     """1 to 100 events, each what POST /v1/events takes plus its own `idempotencyKey`, all or
     nothing: 202 with each event's envelope in the request's order, published in one
     transaction; any event refused (400 or 422 naming it, `body.events[i]...`) and nothing is
@@ -140,7 +144,7 @@ async def publish_events(request: web.Request, svc: Services, key: ApiKey) -> we
     headers = {} if any(created for _, created in published) else {"Idempotent-Replayed": "true"}
     # The stored envelopes, embedded as they are: never parsed and re-serialised.
     answer: PublishedEvents = {"data": [orjson.Fragment(payload) for payload, _ in published]}
-    return json_response(answer, status=202, headers=headers)
+    return WithHeaders(answer, headers)
 
 
 def _repeated_keys(body: PublishBatch) -> list[FieldError]:
@@ -205,15 +209,15 @@ async def _with_deliveries(svc: Services, key: ApiKey, row: EventRow) -> EventWi
 
 
 @routes.get("/v1/events/{event_id}", Scope.EVENTS_READ, EventWithDeliveries)
-async def get_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def get_event(request: web.Request, svc: Services, key: ApiKey) -> EventWithDeliveries:
     """The event as published (`data` null once expunged), with how many deliveries it has and
     the first 100."""
     row = await _event(svc, key.workspace_id, request.match_info["event_id"])
-    return json_response(await _with_deliveries(svc, key, row))
+    return await _with_deliveries(svc, key, row)
 
 
 @routes.post("/v1/events/{event_id}/expunge", Scope.EVENTS_WRITE, EventWithDeliveries)
-async def expunge_event(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def expunge_event(request: web.Request, svc: Services, key: ApiKey) -> EventWithDeliveries:
     """Erase the event's content: its `data` (null from now on, in the event and in its
     deliveries' `payload`) and every response excerpt its deliveries' attempts kept. Its
     pending deliveries are given up (`lastError` `expunged`); one in flight ends with its
@@ -225,7 +229,7 @@ async def expunge_event(request: web.Request, svc: Services, key: ApiKey) -> web
     )
     row = found(erased, "event")
     log.info("event.expunged", workspace_id=key.workspace_id, event_id=row.id)
-    return json_response(await _with_deliveries(svc, key, row))
+    return await _with_deliveries(svc, key, row)
 
 
 @routes.list(

@@ -69,7 +69,7 @@ def starting_app(
 
     app = web.Application(middlewares=[close_connections, errors_middleware])
     guard_connections(app, limits or ConnectionLimits())
-    app.router.add_get("/healthz", healthz)
+    app.router.add_routes(route for route in routes if route.path == "/healthz")
     app.router.add_get("/readyz", not_ready)
     if serve_metrics:
         app.router.add_routes(metrics.routes)

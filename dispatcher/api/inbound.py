@@ -8,7 +8,6 @@ from typing import TypedDict
 from aiohttp import web
 
 from dispatcher.api.framework.context import Services
-from dispatcher.api.framework.http import json_response
 from dispatcher.api.framework.routing import Routes
 from dispatcher.api.models import InboundCall, InboundMessage
 from dispatcher.api.numbers import not_the_workspaces, own_number
@@ -49,7 +48,7 @@ def _arrival(
 @routes.post("/v1/inbound/messages", Scope.INGEST_WRITE, Message, status=201, body=InboundMessage)
 async def inbound_message(
     request: web.Request, svc: Services, key: ApiKey, body: InboundMessage
-) -> web.Response:
+) -> Message:
     number = await own_number(svc, key.workspace_id, "body.to", body.to, e164=True)
     row = await messages.create_incoming(
         svc.db,
@@ -57,13 +56,11 @@ async def inbound_message(
         text=body.text,
         media=[MessageMedia(contentType=m.contentType, url=m.url) for m in body.media],
     )
-    return json_response(message(row), status=201)
+    return message(row)
 
 
 @routes.post("/v1/inbound/calls", Scope.INGEST_WRITE, Call, status=201, body=InboundCall)
-async def inbound_call(
-    request: web.Request, svc: Services, key: ApiKey, body: InboundCall
-) -> web.Response:
+async def inbound_call(request: web.Request, svc: Services, key: ApiKey, body: InboundCall) -> Call:
     """A call on a workspace number: incoming when `to` is ours, outgoing when `from` is."""
     found = await workspaces.find_numbers(
         svc.db, key.workspace_id, [body.to, body.from_], e164=True
@@ -82,4 +79,4 @@ async def inbound_call(
         duration_seconds=body.durationSeconds,
         event_type=CALL_STATUS_EVENTS[body.status],
     )
-    return json_response(call(row), status=201)
+    return call(row)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from aiohttp import web
 
 from dispatcher.api.framework.context import ANY_KEY, Services
-from dispatcher.api.framework.http import json_response
 from dispatcher.api.framework.routing import Routes
 from dispatcher.api.resources import Me, me
 from dispatcher.store.workspaces import ApiKey
@@ -15,6 +14,6 @@ routes = Routes()
 
 
 @routes.get("/v1/me", ANY_KEY, Me)
-async def get_me(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def get_me(request: web.Request, svc: Services, key: ApiKey) -> Me:
     """The key's workspace, id and scopes. Any valid key may ask, whatever its scopes."""
-    return json_response(me(key.workspace_id, key.id, key.scopes))
+    return me(key.workspace_id, key.id, key.scopes)

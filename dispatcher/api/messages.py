@@ -10,7 +10,7 @@ from aiohttp import web
 
 from dispatcher.api.framework.context import Services
 from dispatcher.api.framework.found import found
-from dispatcher.api.framework.http import json_response, read_object, validate
+from dispatcher.api.framework.http import read_object, validate
 from dispatcher.api.framework.idempotency import (
     IDEMPOTENCY_KEY,
     idempotency_key,
@@ -18,7 +18,7 @@ from dispatcher.api.framework.idempotency import (
 )
 from dispatcher.api.framework.pagination import Listing, PageQuery
 from dispatcher.api.framework.query import E164, choice, id_of
-from dispatcher.api.framework.routing import Routes
+from dispatcher.api.framework.routing import Routes, WithHeaders
 from dispatcher.api.models import SendMessage
 from dispatcher.api.numbers import own_number
 from dispatcher.api.resources import Message, message
@@ -48,7 +48,7 @@ class MessageQuery(PageQuery):
     headers=(IDEMPOTENCY_KEY,),
     errors=(422,),
 )
-async def send_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def send_message(request: web.Request, svc: Services, key: ApiKey) -> WithHeaders[Message]:
     """202 with the queued message. With `Idempotency-Key` (the rules of POST /v1/events), the
     identical request within 24 hours answers the first message as it is now (and
     `Idempotent-Replayed: true`) and sends nothing, so a client retrying a send that timed out
@@ -73,7 +73,7 @@ async def send_message(request: web.Request, svc: Services, key: ApiKey) -> web.
         fingerprint=None if key_sent is None else request_fingerprint(svc.cursor_key, raw),
     )
     headers = {} if created else {"Idempotent-Replayed": "true"}
-    return json_response(message(row), status=202, headers=headers)
+    return WithHeaders(message(row), headers)
 
 
 @routes.list("/v1/messages", Scope.MESSAGES_READ, message, cursor="messages")
@@ -89,13 +89,13 @@ async def list_messages(at: Listing, query: MessageQuery) -> StorePage[MessageRo
 
 
 @routes.get("/v1/messages/{message_id}", Scope.MESSAGES_READ, Message)
-async def get_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def get_message(request: web.Request, svc: Services, key: ApiKey) -> Message:
     row = await messages.get(svc.db, key.workspace_id, request.match_info["message_id"])
-    return json_response(message(found(row, "message")))
+    return message(found(row, "message"))
 
 
 @routes.post("/v1/messages/{message_id}/expunge", Scope.MESSAGES_WRITE, Message)
-async def expunge_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def expunge_message(request: web.Request, svc: Services, key: ApiKey) -> Message:
     """Erase the message's text (personal data): `text` null and `expunged` true, here and in
     the `data` of every event that carried it (their deliveries not yet sent go without it).
     Answers the message; again, the same."""
@@ -104,4 +104,4 @@ async def expunge_message(request: web.Request, svc: Services, key: ApiKey) -> w
     )
     row = found(erased, "message")
     log.info("message.expunged", workspace_id=key.workspace_id, message_id=row.id)
-    return json_response(message(row))
+    return message(row)

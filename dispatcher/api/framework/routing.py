@@ -38,7 +38,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any, TypedDict, TypeVar, Unpack, get_type_hints, overload
+from dataclasses import dataclass
+from typing import (
+    Any,
+    Generic,
+    TypeAlias,
+    TypedDict,
+    TypeVar,
+    Union,
+    Unpack,
+    get_type_hints,
+    overload,
+)
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -56,15 +67,30 @@ from dispatcher.store.workspaces import ApiKey
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 ItemT = TypeVar("ItemT")
+AnswerT = TypeVar("AnswerT")
 PageQueryT = TypeVar("PageQueryT", bound=PageQuery)
-Answer = Awaitable[web.StreamResponse]
-HandlerT = TypeVar("HandlerT", bound=Callable[..., Answer])
+
+
+@dataclass(frozen=True)
+class WithHeaders(Generic[AnswerT]):
+    """An answer with headers of its own (`Idempotent-Replayed: true`)."""
+
+    body: AnswerT
+    headers: Mapping[str, str]
+
+
+# What a handler returns: the answer the route declares (the route writes it, with the
+# declared status; None for a route without content), that answer with headers, or a response
+# it wrote itself (a probe's, /metrics', or an answer rendered before its change commits).
+Answered: TypeAlias = Union[AnswerT, WithHeaders[AnswerT], web.StreamResponse]  # noqa: UP007
+Answer: TypeAlias = Awaitable[Answered[AnswerT]]
+HandlerT = TypeVar("HandlerT", bound=Callable[..., Awaitable[Any]])
 # A handler by the route's credential, and with the body the route parses for it.
-KeyHandler = Callable[[web.Request, Services, ApiKey], Answer]
-KeyBodyHandler = Callable[[web.Request, Services, ApiKey, ModelT], Answer]
-AdminHandler = Callable[[web.Request, Services], Answer]
-AdminBodyHandler = Callable[[web.Request, Services, ModelT], Answer]
-PublicHandler = Callable[[web.Request], Answer]
+KeyHandler = Callable[[web.Request, Services, ApiKey], Answer[AnswerT]]
+KeyBodyHandler = Callable[[web.Request, Services, ApiKey, ModelT], Answer[AnswerT]]
+AdminHandler = Callable[[web.Request, Services], Answer[AnswerT]]
+AdminBodyHandler = Callable[[web.Request, Services, ModelT], Answer[AnswerT]]
+PublicHandler = Callable[[web.Request], Answer[AnswerT]]
 # A declaration: it hands the handler back as it was (aiohttp is given the guarded one).
 Declare = Callable[[HandlerT], HandlerT]
 # A list's store read: its page for the list's bounds, path and workspace, and its query.
@@ -92,27 +118,36 @@ class Method:
 
     @overload
     def __call__(
-        self, path: str, credential: Scope | AnyKey, response: Any = None, *,
+        self, path: str, credential: Scope | AnyKey, response: type[AnswerT], *,
         body: type[ModelT], **options: Unpack[Options],
-    ) -> Declare[KeyBodyHandler[ModelT]]: ...  # fmt: skip
+    ) -> Declare[KeyBodyHandler[ModelT, AnswerT]]: ...  # fmt: skip
     @overload
     def __call__(
-        self, path: str, credential: Scope | AnyKey, response: Any = None, *,
+        self, path: str, credential: Scope | AnyKey, response: type[AnswerT], *,
         body_parsed_by_handler: type[BaseModel] | None = None, **options: Unpack[Options],
-    ) -> Declare[KeyHandler]: ...  # fmt: skip
+    ) -> Declare[KeyHandler[AnswerT]]: ...  # fmt: skip
     @overload
     def __call__(
-        self, path: str, credential: AdminToken, response: Any = None, *,
+        self, path: str, credential: Scope | AnyKey, **options: Unpack[Options]
+    ) -> Declare[KeyHandler[None]]: ...
+    @overload
+    def __call__(
+        self, path: str, credential: AdminToken, response: type[AnswerT], *,
         body: type[ModelT], **options: Unpack[Options],
-    ) -> Declare[AdminBodyHandler[ModelT]]: ...  # fmt: skip
+    ) -> Declare[AdminBodyHandler[ModelT, AnswerT]]: ...  # fmt: skip
     @overload
     def __call__(
-        self, path: str, credential: AdminToken, response: Any = None, **options: Unpack[Options]
-    ) -> Declare[AdminHandler]: ...
+        self, path: str, credential: AdminToken, response: type[AnswerT],
+        **options: Unpack[Options],
+    ) -> Declare[AdminHandler[AnswerT]]: ...  # fmt: skip
     @overload
     def __call__(
-        self, path: str, credential: Public, response: Any = None, **options: Unpack[Options]
-    ) -> Declare[PublicHandler]: ...
+        self, path: str, credential: AdminToken, **options: Unpack[Options]
+    ) -> Declare[AdminHandler[None]]: ...
+    @overload
+    def __call__(
+        self, path: str, credential: Public, **options: Unpack[Options]
+    ) -> Declare[PublicHandler[None]]: ...
     def __call__(
         self,
         path: str,
@@ -153,7 +188,7 @@ class Routes:
 
         def register(handler: HandlerT) -> HandlerT:
             self.declared.append(Route(method, path, credential, operation, handler))
-            guarded = _guarded(credential, parses, handler)
+            guarded = _guarded(credential, parses, operation.status, handler)
             self._definitions.append(web.RouteDef(method, path, guarded, {}))
             return handler
 
@@ -204,11 +239,11 @@ class Routes:
             query: type[PageQuery] = hints["query"]
             within: Within | None = next(iter(getattr(hints["at"], "__metadata__", ())), None)
 
-            async def answer(request: web.Request, svc: Services, *key: ApiKey) -> web.Response:
+            async def answer(request: web.Request, svc: Services, *key: ApiKey) -> Page[Any]:
                 parsed = query.parse(request.query)
                 item = functools.partial(rendering, svc)
                 read_page = functools.partial(_read, read, parsed, within)
-                return json_response(await page_of(request, svc, cursor, parsed, read_page, item))
+                return await page_of(request, svc, cursor, parsed, read_page, item)
 
             functools.update_wrapper(answer, read)
             item = get_type_hints(rendering, include_extras=True)["return"]
@@ -223,19 +258,34 @@ class Routes:
 
 
 def _guarded(
-    credential: Credential, body: type[BaseModel] | None, handler: Callable[..., Answer]
-) -> PublicHandler:
+    credential: Credential,
+    body: type[BaseModel] | None,
+    status: int,
+    handler: Callable[..., Answer[Any]],
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """What aiohttp calls: the guard, then the body when the route parses it, then the
-    handler."""
+    handler, whose answer the route writes with the declared `status`."""
 
     @functools.wraps(handler)
     async def guarded(request: web.Request) -> web.StreamResponse:
         admitted = await admit(request, credential)
         if body is None:
-            return await handler(request, *admitted)
-        return await handler(request, *admitted, await parse_body(request, body))
+            return _written(await handler(request, *admitted), status)
+        return _written(await handler(request, *admitted, await parse_body(request, body)), status)
 
     return guarded
+
+
+def _written(answer: Answered[Any], status: int) -> web.StreamResponse:
+    """The handler's answer as the response: JSON with the declared status (and its own
+    headers), no content for None, or the response the handler wrote itself."""
+    if isinstance(answer, web.StreamResponse):
+        return answer
+    if isinstance(answer, WithHeaders):
+        return json_response(answer.body, status=status, headers=dict(answer.headers))
+    if answer is None:
+        return web.Response(status=status)
+    return json_response(answer, status=status)
 
 
 def _ignoring_services(render: Callable[[Any], Any] | None) -> Callable[[Services, Any], Any]:
