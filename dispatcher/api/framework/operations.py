@@ -1,9 +1,9 @@
 """What each route takes and answers: the record its route table keeps of it.
 
-Each handler module declares its routes in one place each, at the handler, with its route
+Each resource module declares its routes in one place each, at the handler, with its route
 table (api/framework/routing.py):
 
-    @routes.get("/v1/messages", Scope.MESSAGES_READ, Page[Message], query=FILTERS)
+    @routes.get("/v1/conversations/{conversation_id}", Scope.CONVERSATIONS_READ, Conversation)
 
 which keeps a `Route`: method, path, credential, and the `Operation` (status, answer, body,
 query, headers, errors). The OpenAPI document (framework/openapi.py) and the middleware that

@@ -2,14 +2,18 @@
 
     routes = Routes()
 
-    @routes.get("/v1/messages", Scope.MESSAGES_READ, Page[Message], query=FILTERS)
-    async def list_messages(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+    @routes.get("/v1/messages/{message_id}", Scope.MESSAGES_READ, Message)
+    async def get_message(request: web.Request, svc: Services, key: ApiKey) -> Message:
         ...
 
     @routes.post("/v1/messages", Scope.MESSAGES_WRITE, Message, status=202, body=SendMessage)
     async def send_message(
         request: web.Request, svc: Services, key: ApiKey, body: SendMessage
-    ) -> web.Response:
+    ) -> Message:
+        ...
+
+    @routes.list("/v1/messages", Scope.MESSAGES_READ, message, cursor="messages")
+    async def list_messages(at: Listing, query: MessageQuery) -> StorePage[MessageRow]:
         ...
 
 A declaration takes the path; the credential (a scope, `ANY_KEY`, `ADMIN_TOKEN` or `PUBLIC`:
@@ -27,9 +31,17 @@ handler called, handed the services and the key (a workspace key's route), the s
 admin token's) or nothing (a public route), and the parsed body last. And it keeps the route
 (`Route`) for the OpenAPI document and the strict-input middleware (api/framework/openapi.py).
 
-The handler's parameters are checked by mypy against the declaration (the overloads of
-`Method`): a handler of a route with a `body` takes that model, the admin token's takes no
-key. A handler that must look at something else before the body declares its model as
+The handler returns the answer and the route writes it (JSON, with the declared status; no
+content for None; `WithHeaders` adds headers). The handler's parameters and its answer are
+checked by mypy against the declaration (the overloads of `Method`): a handler of a route with
+a `body` takes that model, the admin token's takes no key, and a route declared with `Message`
+returns a Message. A handler may write the response itself (an undocumented answer: the
+probes, /metrics, the document).
+
+A list (`routes.list`) is declared on its store read instead: its filters, its cursor and its
+answer are the declaration's; the read only reads (`Routes.list`).
+
+A handler that must look at something else before the body declares its model as
 `body_parsed_by_handler` instead (documented and let through as `body` is; publish_event
 checks `Idempotency-Key` first and fingerprints the JSON as it came), and parses it itself.
 """
