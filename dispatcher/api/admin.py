@@ -8,26 +8,148 @@ the workspace in the path is looked up, so a bad body is a 400 wherever it is se
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from aiohttp import web
+from pydantic import AfterValidator, Field
+from typing_extensions import TypedDict
 
 from dispatcher.api.framework.context import ADMIN_TOKEN, Services
 from dispatcher.api.framework.found import found, not_found
 from dispatcher.api.framework.pagination import Listing, PageQuery
 from dispatcher.api.framework.routing import Routes
-from dispatcher.api.models import AddNumber, CreateKey, CreateWorkspace
-from dispatcher.api.resources import (
-    NewApiKey,
-    PhoneNumber,
-    Workspace,
-    api_key,
-    new_api_key,
-    phone_number,
-    workspace,
-)
+from dispatcher.api.models import E164, Body, documented
+from dispatcher.domain.clock import isoformat, isoformat_or_none
+from dispatcher.domain.enums import Scope
+from dispatcher.domain.resources import Timestamp
+from dispatcher.domain.text import name_pattern, name_problem
 from dispatcher.errors import NotFound
 from dispatcher.store import workspaces
 from dispatcher.store.pages import Page as StorePage
 from dispatcher.store.rows import ApiKeyRow, PhoneNumberRow, WorkspaceRow
+
+
+class Workspace(TypedDict):
+    """A tenant: its numbers, keys, webhooks and events are its own (the admin API's)."""
+
+    id: str
+    name: str
+    createdAt: Timestamp
+
+
+class PhoneNumber(TypedDict):
+    """A number registered to a workspace (E.164); a number belongs to one workspace at most."""
+
+    id: str
+    number: str
+    workspaceId: str
+    createdAt: Timestamp
+
+
+class ApiKey(TypedDict):
+    """A workspace's API key as listed: never its value (only its hash is stored)."""
+
+    id: str
+    scopes: list[Scope]
+    name: str | None
+    createdAt: Timestamp
+    revokedAt: Timestamp | None
+
+
+class NewApiKey(TypedDict):
+    """A key as created: the only answer that carries the key itself; store it now."""
+
+    id: str
+    key: str
+    scopes: list[Scope]
+    name: str | None
+    createdAt: Timestamp
+
+
+def workspace(row: WorkspaceRow) -> Workspace:
+    return {"id": row.id, "name": row.name, "createdAt": isoformat(row.created_at)}
+
+
+def phone_number(row: PhoneNumberRow) -> PhoneNumber:
+    return {
+        "id": row.id,
+        "number": row.number,
+        "workspaceId": row.workspace_id,
+        "createdAt": isoformat(row.created_at),
+    }
+
+
+def api_key(row: ApiKeyRow) -> ApiKey:
+    return {
+        "id": row.id,
+        "scopes": [Scope(scope) for scope in row.scopes],
+        "name": row.name,
+        "createdAt": isoformat(row.created_at),
+        "revokedAt": isoformat_or_none(row.revoked_at),
+    }
+
+
+def new_api_key(row: ApiKeyRow, key: str) -> NewApiKey:
+    return {
+        "id": row.id,
+        "key": key,
+        "scopes": [Scope(scope) for scope in row.scopes],
+        "name": row.name,
+        "createdAt": isoformat(row.created_at),
+    }
+
+
+MAX_NAME_LENGTH = 255
+
+
+def _name(value: str) -> str:
+    problem = name_problem(value, MAX_NAME_LENGTH)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _optional_key_name(value: str | None) -> str | None:
+    """Absent, null and `""` leave a key unnamed; any other name follows the name rules."""
+    return _name(value) if value else None
+
+
+def _distinct_scopes(value: list[Scope]) -> list[Scope]:
+    if len(set(value)) != len(value):
+        raise ValueError("must not repeat a scope")
+    return value
+
+
+class CreateWorkspace(Body):
+    name: Annotated[
+        str,
+        Field(min_length=1, max_length=MAX_NAME_LENGTH),
+        AfterValidator(_name),
+        documented(name_pattern),
+    ]
+
+
+class AddNumber(Body):
+    number: E164
+
+
+class CreateKey(Body):
+    scopes: Annotated[
+        list[Annotated[Scope, Field(strict=False)]],
+        Field(min_length=1, max_length=len(Scope)),
+        AfterValidator(_distinct_scopes),
+        documented(uniqueItems=True),
+    ]
+    name: (
+        Annotated[
+            str,
+            Field(max_length=MAX_NAME_LENGTH),
+            AfterValidator(_optional_key_name),
+            documented(lambda: name_pattern(may_be_empty=True)),
+        ]
+        | None
+    ) = None
+
 
 routes = Routes()
 

@@ -4,17 +4,53 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from typing_extensions import TypedDict
+
 from dispatcher.api.framework.found import found
 from dispatcher.api.framework.pagination import Listing, PageQuery
 from dispatcher.api.framework.query import choice, instant
 from dispatcher.api.framework.routing import Routes
 from dispatcher.api.parents import InWebhook
-from dispatcher.api.resources import attempt
-from dispatcher.domain.enums import Scope
+from dispatcher.domain.clock import isoformat
+from dispatcher.domain.enums import AttemptTrigger, Scope
 from dispatcher.domain.outcomes import AttemptOutcome
+from dispatcher.domain.resources import Timestamp
 from dispatcher.store import attempts, deliveries
 from dispatcher.store.pages import Page as StorePage
 from dispatcher.store.rows import AttemptRow
+
+
+class Attempt(TypedDict):
+    """One attempt of a delivery, as it happened: when it started, what came back."""
+
+    id: str
+    deliveryId: str
+    webhookId: str
+    attemptNumber: int
+    createdAt: Timestamp
+    responseStatus: int | None
+    responseMs: int
+    outcome: AttemptOutcome
+    error: str | None
+    responseBody: str | None
+    trigger: AttemptTrigger
+
+
+def attempt(row: AttemptRow) -> Attempt:
+    return {
+        "id": row.id,
+        "deliveryId": row.delivery_id,
+        "webhookId": row.webhook_id,
+        "attemptNumber": row.attempt_number,
+        "createdAt": isoformat(row.created_at),
+        "responseStatus": row.response_status,
+        "responseMs": row.response_ms,
+        "outcome": AttemptOutcome(row.outcome),
+        "error": row.error,
+        "responseBody": row.response_body,
+        "trigger": AttemptTrigger(row.trigger),
+    }
+
 
 routes = Routes()
 

@@ -5,20 +5,53 @@ from __future__ import annotations
 from typing import Annotated
 
 from aiohttp import web
+from pydantic import Field
+from typing_extensions import TypedDict
 
 from dispatcher.api.framework.context import Services
 from dispatcher.api.framework.found import found
 from dispatcher.api.framework.pagination import Listing, PageQuery
 from dispatcher.api.framework.query import choice, id_of
 from dispatcher.api.framework.routing import Routes
-from dispatcher.api.models import SetConversationStatus
-from dispatcher.api.resources import Conversation, conversation
+from dispatcher.api.models import Body
 from dispatcher.domain import ids
-from dispatcher.domain.enums import ConversationStatus, Scope
+from dispatcher.domain.clock import isoformat
+from dispatcher.domain.enums import ConversationItemKind, ConversationStatus, Scope
+from dispatcher.domain.resources import Timestamp
 from dispatcher.store import conversations
 from dispatcher.store.pages import Page as StorePage
 from dispatcher.store.rows import ConversationRow
 from dispatcher.store.workspaces import ApiKey
+
+
+class Conversation(TypedDict):
+    """The thread of messages and calls between one workspace number and one contact."""
+
+    id: str
+    contact: str
+    createdAt: Timestamp
+    lastItemAt: Timestamp
+    lastItemKind: ConversationItemKind | None
+    numberId: str
+    status: ConversationStatus
+
+
+def conversation(row: ConversationRow) -> Conversation:
+    kind = row.last_item_kind
+    return {
+        "id": row.id,
+        "contact": row.contact,
+        "createdAt": isoformat(row.created_at),
+        "lastItemAt": isoformat(row.last_item_at),
+        "lastItemKind": None if kind is None else ConversationItemKind(kind),
+        "numberId": row.number_id,
+        "status": ConversationStatus(row.status),
+    }
+
+
+class SetConversationStatus(Body):
+    status: ConversationStatus = Field(strict=False)
+
 
 routes = Routes()
 

@@ -23,13 +23,14 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from typing_extensions import TypedDict
 
 from dispatcher.api.framework.context import PUBLIC, Services, services
 from dispatcher.api.framework.http import ApiError, read_body, single_header
 from dispatcher.api.framework.routing import Routes
-from dispatcher.api.resources import DemoDeliveries, DemoDelivery
 from dispatcher.domain.clock import isoformat
 from dispatcher.domain.enums import Scope
+from dispatcher.domain.resources import Timestamp
 from dispatcher.domain.signing import secret_key, verify
 from dispatcher.errors import NotFound
 from dispatcher.store import webhooks
@@ -40,6 +41,26 @@ PATH = "/demo/receiver"
 # together, a bound on the memory anyone who can reach the port can make it hold.
 KEPT = 50
 MAX_BODY_BYTES = 64 * 1024
+
+
+class DemoDelivery(TypedDict):
+    """A request the demo receiver got (`GET /demo/receiver`; docs/webhooks.md): `verified`
+    when its Standard Webhooks signature holds with a demo webhook's secret (`webhookId`,
+    else null); `payload` is the body as JSON (null when it is not JSON)."""
+
+    webhookId: str | None
+    deliveryId: str | None
+    eventType: str | None
+    receivedAt: Timestamp
+    verified: bool
+    payload: Any
+
+
+class DemoDeliveries(TypedDict):
+    """The demo receiver's latest requests, newest first."""
+
+    data: list[DemoDelivery]
+
 
 routes = Routes()
 

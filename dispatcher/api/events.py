@@ -3,41 +3,190 @@ expunging an event's content."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 import orjson
 import structlog
 from aiohttp import web
+from pydantic import AfterValidator, Field, GetPydanticSchema, field_validator
+from typing_extensions import TypedDict
 
 from dispatcher.api.framework.context import Services
 from dispatcher.api.framework.found import found
 from dispatcher.api.framework.http import ApiError, read_object, validate
 from dispatcher.api.framework.idempotency import (
     IDEMPOTENCY_KEY,
+    IDEMPOTENCY_KEY_PROBLEM,
+    IDEMPOTENCY_KEY_SHAPE,
     idempotency_key,
     request_fingerprint,
 )
 from dispatcher.api.framework.pagination import Listing, PageQuery
 from dispatcher.api.framework.query import instant, pattern
 from dispatcher.api.framework.routing import Routes, WithHeaders
-from dispatcher.api.models import PublishBatch, PublishEvent
+from dispatcher.api.models import Body, NumberId, _json_object, _json_value, documented
 from dispatcher.api.numbers import foreign_numbers, not_the_workspaces, own_number
-from dispatcher.api.resources import (
-    EventWithDeliveries,
-    PublishedEvents,
-    StoredEnvelope,
-    delivery,
-    event_with_deliveries,
-    stored_event,
-)
-from dispatcher.domain.enums import Scope
-from dispatcher.domain.events import EVENT_TYPE_PATTERN
+from dispatcher.api.resources import StoredEnvelope, delivery
+from dispatcher.domain.enums import DeliveryStatus, Scope
+from dispatcher.domain.events import EVENT_TYPE_PATTERN, OPERATIONAL_TYPES, PUBLISHABLE_TYPES
+from dispatcher.domain.resources import EventEnvelope
+from dispatcher.domain.text import NO_NUL_PATTERN, is_control, no_control_pattern
 from dispatcher.errors import FieldError, IdempotencyKeyReused, ValidationFailed
 from dispatcher.store import deliveries, events, expunge
 from dispatcher.store.events import NewEvent
 from dispatcher.store.pages import Page as StorePage
 from dispatcher.store.rows import DeliveryRow, EventRow
 from dispatcher.store.workspaces import ApiKey
+
+
+class Event(EventEnvelope):
+    """An event of the workspace's stream: its envelope as stored (and sent), whether its
+    content was expunged (then its `data` is null), and its ordering key (null when it has
+    none), which is not part of the envelope."""
+
+    expunged: bool
+    orderingKey: str | None
+
+
+# An event as the stream lists it: its stored envelope with `expunged` and `orderingKey`
+# added, still never parsed (see `stored_event`).
+StoredEvent = Annotated[orjson.Fragment, GetPydanticSchema(lambda _, handler: handler(Event))]
+
+
+class PublishedEvents(TypedDict):
+    """POST /v1/events/batch: each event's envelope, as POST /v1/events answers it, in the
+    order of the request (stored, embedded as it is)."""
+
+    data: list[StoredEnvelope]
+
+
+class DeliverySummary(TypedDict):
+    """Where an event went: one of its deliveries, in brief."""
+
+    id: str
+    webhookId: str
+    status: DeliveryStatus
+    attempts: int
+
+
+class EventWithDeliveries(Event):
+    """An event as it was published, with where it went: how many deliveries it has, and the
+    first 100 of them (`GET /v1/events/{id}/deliveries` pages through all)."""
+
+    deliveryCount: int
+    deliveries: list[DeliverySummary]
+
+
+def stored_event(row: EventRow) -> StoredEvent:
+    """An event as the stream lists it: its envelope as it was stored and sent (embedded as
+    it is, never parsed and re-serialised; the envelope is a JSON object made by schema.sql's
+    dispatcher_envelope, so it ends with its `}`), with `expunged` and `orderingKey` added as
+    its last members."""
+    expunged = "true" if row.expunged else "false"
+    key = orjson.dumps(row.ordering_key).decode()
+    return orjson.Fragment(f'{row.payload[:-1]},"expunged":{expunged},"orderingKey":{key}}}')
+
+
+def event_with_deliveries(
+    row: EventRow, deliveries: Sequence[DeliveryRow], count: int
+) -> EventWithDeliveries:
+    envelope: EventEnvelope = orjson.loads(row.payload)
+    return {
+        **envelope,
+        "expunged": row.expunged,
+        "orderingKey": row.ordering_key,
+        "deliveryCount": count,
+        "deliveries": [
+            {
+                "id": d.id,
+                "webhookId": d.webhook_id,
+                "status": DeliveryStatus(d.status),
+                "attempts": d.attempts,
+            }
+            for d in deliveries
+        ],
+    }
+
+
+def _ordering_key(value: str) -> str:
+    if any(is_control(char) for char in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+# An event's ordering lane (docs/webhooks.md, "Ordered delivery"): any text, no controls.
+OrderingKey = Annotated[
+    str,
+    Field(min_length=1, max_length=200),
+    AfterValidator(_ordering_key),
+    documented(no_control_pattern),
+]
+
+
+def _idempotency_key(value: str) -> str:
+    if not IDEMPOTENCY_KEY_SHAPE.fullmatch(value):
+        raise ValueError(IDEMPOTENCY_KEY_PROBLEM)
+    return value
+
+
+# An event's data: a JSON object whose `id` is a non-empty string (`PublishEvent._has_id`).
+EventData = Annotated[
+    dict[str, Any],
+    AfterValidator(_json_value),
+    _json_object(
+        required=["id"],
+        properties={"id": {"type": "string", "minLength": 1, "pattern": NO_NUL_PATTERN}},
+    ),
+]
+
+
+class PublishEvent(Body):
+    type: Annotated[str, documented(enum=sorted(PUBLISHABLE_TYPES))] = Field(
+        min_length=1, max_length=100
+    )
+    numberId: NumberId | None = None
+    data: EventData
+    orderingKey: OrderingKey | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value in OPERATIONAL_TYPES:
+            raise ValueError(f"{value} is published by the service itself (see docs/events.md)")
+        if value not in PUBLISHABLE_TYPES:
+            raise ValueError(f"unknown event type: {value} (see docs/events.md)")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _has_id(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(value.get("id"), str) or not value["id"]:
+            raise ValueError("must carry `id`, a non-empty string")
+        return value
+
+
+# How many events one POST /v1/events/batch takes.
+MAX_BATCH_EVENTS = 100
+
+
+class BatchEvent(PublishEvent):
+    """One event of a batch: what POST /v1/events takes, and its own Idempotency-Key (the
+    header's rules, for this event alone)."""
+
+    idempotencyKey: (
+        Annotated[
+            str,
+            AfterValidator(_idempotency_key),
+            documented(f"^{IDEMPOTENCY_KEY_SHAPE.pattern}$"),
+        ]
+        | None
+    ) = None
+
+
+class PublishBatch(Body):
+    events: list[BatchEvent] = Field(min_length=1, max_length=MAX_BATCH_EVENTS)
+
 
 routes = Routes()
 log = structlog.get_logger("dispatcher.api")

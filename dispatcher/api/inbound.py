@@ -2,20 +2,68 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 from aiohttp import web
+from pydantic import AfterValidator, Field
 
 from dispatcher.api.framework.context import Services
 from dispatcher.api.framework.routing import Routes
-from dispatcher.api.models import InboundCall, InboundMessage
+from dispatcher.api.models import E164, Body, WebhookUrl, _optional_name, documented
 from dispatcher.api.numbers import not_the_workspaces, own_number
 from dispatcher.api.resources import Call, Message, MessageMedia, call, message
-from dispatcher.domain.enums import Direction, Scope
+from dispatcher.domain.enums import CallStatus, Direction, Scope
 from dispatcher.domain.events import CALL_STATUS_EVENTS
+from dispatcher.domain.text import visible_text_pattern
 from dispatcher.store import messages, workspaces
 from dispatcher.store.workspaces import ApiKey, PhoneNumber
+
+# RFC 6838 type/subtype names, optionally with `; name=value` parameters (around the `;`,
+# RFC 9110's optional white space: spaces and tabs). Written so that it is also an ECMA-262
+# pattern (no `\s`, no escaped quote), as the document states it.
+_MEDIA_TYPE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+    r'(?:[ \t]*;[ \t]*[A-Za-z0-9!#$&^_.+-]+=(?:[A-Za-z0-9!#$&^_.+-]+|"[^"\\\x00-\x1f]*"))*'
+)
+
+
+def _media_type(value: str) -> str:
+    if not _MEDIA_TYPE.fullmatch(value):
+        raise ValueError("must be a media type like image/jpeg")
+    return value
+
+
+class Media(Body):
+    contentType: Annotated[
+        str,
+        Field(min_length=1, max_length=255),
+        AfterValidator(_media_type),
+        documented(f"^{_MEDIA_TYPE.pattern}$"),
+    ]
+    url: WebhookUrl
+
+
+class InboundMessage(Body):
+    from_: E164 = Field(alias="from")
+    to: E164
+    # "" stays possible (a carrier may hand over an empty text, e.g. with media only).
+    text: Annotated[
+        str,
+        Field(max_length=1600),
+        AfterValidator(_optional_name),
+        documented(lambda: visible_text_pattern(may_be_empty=True)),
+    ]
+    media: list[Media] = Field(default_factory=list, max_length=10)
+
+
+class InboundCall(Body):
+    from_: E164 = Field(alias="from")
+    to: E164
+    status: CallStatus = Field(strict=False)
+    durationSeconds: int | None = Field(default=None, ge=0, le=7 * 86400)
+
 
 routes = Routes()
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import structlog
 from aiohttp import web
+from pydantic import Field
 
 from dispatcher.api.framework.context import Services
 from dispatcher.api.framework.found import found
@@ -17,17 +18,31 @@ from dispatcher.api.framework.idempotency import (
     request_fingerprint,
 )
 from dispatcher.api.framework.pagination import Listing, PageQuery
-from dispatcher.api.framework.query import E164, choice, id_of
+from dispatcher.api.framework.query import PHONE_NUMBER, choice, id_of
 from dispatcher.api.framework.routing import Routes, WithHeaders
-from dispatcher.api.models import SendMessage
+from dispatcher.api.models import E164, Body, MessageText, documented
 from dispatcher.api.numbers import own_number
 from dispatcher.api.resources import Message, message
 from dispatcher.domain import ids
 from dispatcher.domain.enums import Direction, Scope
+from dispatcher.domain.phone import E164_PATTERN
 from dispatcher.store import expunge, messages
 from dispatcher.store.pages import Page as StorePage
 from dispatcher.store.rows import MessageRow
 from dispatcher.store.workspaces import ApiKey
+
+
+class SendMessage(Body):
+    from_: Annotated[
+        str,
+        documented(
+            f"^(?:{E164_PATTERN}|{ids.NUMBER}[0-9a-f]{{32}})$",
+            description="one of the workspace's numbers: its E.164 form or its id",
+        ),
+    ] = Field(alias="from", min_length=1, max_length=64)
+    to: E164
+    text: MessageText
+
 
 routes = Routes()
 log = structlog.get_logger("dispatcher.api")
@@ -35,7 +50,7 @@ log = structlog.get_logger("dispatcher.api")
 
 class MessageQuery(PageQuery):
     numberId: Annotated[str | None, id_of(ids.NUMBER)] = None
-    contact: Annotated[str | None, E164] = None
+    contact: Annotated[str | None, PHONE_NUMBER] = None
     direction: Annotated[str | None, choice(Direction)] = None
 
 

@@ -35,6 +35,7 @@ import asyncpg
 import pytest
 
 from dispatcher.api import models
+from dispatcher.api.events import OrderingKey
 from dispatcher.domain import json_values, payload_filter, rate_limits
 from dispatcher.domain.enums import (
     AttemptTrigger,
@@ -242,7 +243,7 @@ def _bounds(annotated: Any) -> tuple[int, int]:
 async def test_ordering_key_rule(conn: asyncpg.Connection, ws: Workspace) -> None:
     """The outbox function takes the ordering keys the API takes: the same lengths, and no
     character the API calls a control (every code point is asked)."""
-    shortest, longest = _bounds(models.OrderingKey)
+    shortest, longest = _bounds(OrderingKey)
 
     async def accepted(key: str) -> bool:
         """Whether the outbox takes `key`; nothing is kept either way."""

@@ -98,7 +98,7 @@ class Query(BaseModel):
     """A route's query parameters: one field each (by its name in the URL), none unknown.
 
     A value arrives as the string the URL carries; each field's `Rule` says what it must be
-    (`choice`, `id_of`, `E164`, `instant`, `integer`), and a string is kept as it came: a
+    (`choice`, `id_of`, `PHONE_NUMBER`, `instant`, `integer`), and a string is kept as it came: a
     list's cursor is bound to its filters as they were sent (api/framework/pagination.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -201,7 +201,7 @@ def id_of(prefix: str) -> Rule:
 
 # A phone number in E.164 form (ASCII digits: `\\d` means any Unicode digit to some regex
 # engines, so the documented pattern spells them out).
-E164 = Rule(
+PHONE_NUMBER = Rule(
     is_e164,
     "must be a phone number in E.164 form, like +15555550123",
     {"type": "string", "pattern": f"^{E164_PATTERN}$"},

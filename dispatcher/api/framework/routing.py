@@ -17,11 +17,11 @@
         ...
 
 A declaration takes the path; the credential (a scope, `ANY_KEY`, `ADMIN_TOKEN` or `PUBLIC`:
-framework/context.py); the type of the answer (a TypedDict of api/resources.py or `Page[...]`; none
-when the document does not describe it); then, by keyword, the success `status` (200), the
-`body` model (api/models.py), the `query` parameters and `headers` the handler reads, the
-`errors` the route adds to those every route can give, and `also`, other statuses answered in
-the success's shape (api/framework/operations.py, `Operation`).
+framework/context.py); the type of the answer (a TypedDict of the resource's module; none when
+the document does not describe it); then, by keyword, the success `status` (200), the
+`body` model (a pydantic model, api/models.py's `Body`), the `query` parameters and `headers`
+the handler reads, the `errors` the route adds to those every route can give, and `also`, other
+statuses answered in the success's shape (api/framework/operations.py, `Operation`).
 
 One declaration does three things. It registers the route: the table is what
 `app.router.add_routes` takes. It guards the route, in this order: the credential (401, then
