@@ -36,7 +36,7 @@ from aiohttp import web
 
 from dispatcher import log
 from dispatcher.api.app import create_app
-from dispatcher.api.context import SCOPES, Services
+from dispatcher.api.framework.context import SCOPES, Services
 from dispatcher.domain import health
 from dispatcher.domain.clock import SystemClock
 from dispatcher.domain.health import SettledDelivery

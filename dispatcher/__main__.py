@@ -11,8 +11,8 @@ import orjson
 import structlog
 
 from dispatcher import __version__, log
-from dispatcher.api.context import SCOPES
-from dispatcher.api.models import MAX_NAME_LENGTH
+from dispatcher.api.admin import MAX_NAME_LENGTH
+from dispatcher.api.framework.context import SCOPES
 from dispatcher.domain.phone import is_e164
 from dispatcher.domain.text import name_problem
 from dispatcher.errors import DispatcherError

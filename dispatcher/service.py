@@ -27,9 +27,9 @@ from aiohttp import web
 
 from dispatcher import metrics, monitor, tracing
 from dispatcher.api.app import create_app
-from dispatcher.api.connections import ConnectionLimits
-from dispatcher.api.context import SCOPES, Services
 from dispatcher.api.demo import DemoReceiver, receiver_url
+from dispatcher.api.framework.connections import ConnectionLimits
+from dispatcher.api.framework.context import SCOPES, Services
 from dispatcher.api.health import ReadinessCheck, starting_app
 from dispatcher.api.metrics import metrics_only_app
 from dispatcher.carrier import SandboxCarrier

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher import log as dispatcher_log
 from dispatcher.api.app import create_app
-from dispatcher.api.context import SCOPES, Services
+from dispatcher.api.framework.context import SCOPES, Services
 from dispatcher.domain.clock import FakeClock
 from dispatcher.settings import Settings
 from dispatcher.store import schema, workspaces

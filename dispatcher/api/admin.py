@@ -8,51 +8,167 @@ the workspace in the path is looked up, so a bad body is a 400 wherever it is se
 
 from __future__ import annotations
 
-from functools import partial
+from typing import Annotated
 
 from aiohttp import web
+from pydantic import AfterValidator, Field
+from typing_extensions import TypedDict
 
-from dispatcher.api.context import ADMIN_TOKEN, Services
-from dispatcher.api.found import found, not_found
-from dispatcher.api.http import json_response
-from dispatcher.api.models import AddNumber, CreateKey, CreateWorkspace
-from dispatcher.api.pagination import Pager
-from dispatcher.api.resources import (
-    ApiKey,
-    NewApiKey,
-    Page,
-    PhoneNumber,
-    Workspace,
-    api_key,
-    new_api_key,
-    phone_number,
-    workspace,
-)
-from dispatcher.api.routing import Routes
+from dispatcher.api.framework.context import ADMIN_TOKEN, Services
+from dispatcher.api.framework.found import found, not_found
+from dispatcher.api.framework.pagination import Listing, PageQuery
+from dispatcher.api.framework.routing import Routes
+from dispatcher.api.models import E164, Body, documented
+from dispatcher.domain.clock import isoformat, isoformat_or_none
+from dispatcher.domain.enums import Scope
+from dispatcher.domain.resources import Timestamp
+from dispatcher.domain.text import name_pattern, name_problem
 from dispatcher.errors import NotFound
 from dispatcher.store import workspaces
+from dispatcher.store.pages import Page as StorePage
+from dispatcher.store.rows import ApiKeyRow, PhoneNumberRow, WorkspaceRow
+
+
+class Workspace(TypedDict):
+    """A tenant: its numbers, keys, webhooks and events are its own (the admin API's)."""
+
+    id: str
+    name: str
+    createdAt: Timestamp
+
+
+class PhoneNumber(TypedDict):
+    """A number registered to a workspace (E.164); a number belongs to one workspace at most."""
+
+    id: str
+    number: str
+    workspaceId: str
+    createdAt: Timestamp
+
+
+class ApiKey(TypedDict):
+    """A workspace's API key as listed: never its value (only its hash is stored)."""
+
+    id: str
+    scopes: list[Scope]
+    name: str | None
+    createdAt: Timestamp
+    revokedAt: Timestamp | None
+
+
+class NewApiKey(TypedDict):
+    """A key as created: the only answer that carries the key itself; store it now."""
+
+    id: str
+    key: str
+    scopes: list[Scope]
+    name: str | None
+    createdAt: Timestamp
+
+
+def workspace(row: WorkspaceRow) -> Workspace:
+    return {"id": row.id, "name": row.name, "createdAt": isoformat(row.created_at)}
+
+
+def phone_number(row: PhoneNumberRow) -> PhoneNumber:
+    return {
+        "id": row.id,
+        "number": row.number,
+        "workspaceId": row.workspace_id,
+        "createdAt": isoformat(row.created_at),
+    }
+
+
+def api_key(row: ApiKeyRow) -> ApiKey:
+    return {
+        "id": row.id,
+        "scopes": [Scope(scope) for scope in row.scopes],
+        "name": row.name,
+        "createdAt": isoformat(row.created_at),
+        "revokedAt": isoformat_or_none(row.revoked_at),
+    }
+
+
+def new_api_key(row: ApiKeyRow, key: str) -> NewApiKey:
+    return {
+        "id": row.id,
+        "key": key,
+        "scopes": [Scope(scope) for scope in row.scopes],
+        "name": row.name,
+        "createdAt": isoformat(row.created_at),
+    }
+
+
+MAX_NAME_LENGTH = 255
+
+
+def _name(value: str) -> str:
+    problem = name_problem(value, MAX_NAME_LENGTH)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _optional_key_name(value: str | None) -> str | None:
+    """Absent, null and `""` leave a key unnamed; any other name follows the name rules."""
+    return _name(value) if value else None
+
+
+def _distinct_scopes(value: list[Scope]) -> list[Scope]:
+    if len(set(value)) != len(value):
+        raise ValueError("must not repeat a scope")
+    return value
+
+
+class CreateWorkspace(Body):
+    name: Annotated[
+        str,
+        Field(min_length=1, max_length=MAX_NAME_LENGTH),
+        AfterValidator(_name),
+        documented(name_pattern),
+    ]
+
+
+class AddNumber(Body):
+    number: E164
+
+
+class CreateKey(Body):
+    scopes: Annotated[
+        list[Annotated[Scope, Field(strict=False)]],
+        Field(min_length=1, max_length=len(Scope)),
+        AfterValidator(_distinct_scopes),
+        documented(uniqueItems=True),
+    ]
+    name: (
+        Annotated[
+            str,
+            Field(max_length=MAX_NAME_LENGTH),
+            AfterValidator(_optional_key_name),
+            documented(lambda: name_pattern(may_be_empty=True)),
+        ]
+        | None
+    ) = None
+
 
 routes = Routes()
 
 
 @routes.post("/v1/admin/workspaces", ADMIN_TOKEN, Workspace, status=201, body=CreateWorkspace)
-async def create_workspace(
-    request: web.Request, svc: Services, body: CreateWorkspace
-) -> web.Response:
+async def create_workspace(request: web.Request, svc: Services, body: CreateWorkspace) -> Workspace:
     row = await workspaces.insert_workspace(svc.db, body.name)
-    return json_response(workspace(row), status=201)
+    return workspace(row)
 
 
-@routes.get("/v1/admin/workspaces", ADMIN_TOKEN, Page[Workspace])
-async def list_workspaces(request: web.Request, svc: Services) -> web.Response:
-    pager = Pager(request, svc.cursor_key, "admin.workspaces", {})
-    return json_response(await pager.page(partial(workspaces.list_workspaces, svc.db), workspace))
+@routes.list("/v1/admin/workspaces", ADMIN_TOKEN, workspace, cursor="admin.workspaces")
+async def list_workspaces(at: Listing, query: PageQuery) -> StorePage[WorkspaceRow]:
+    return await workspaces.list_workspaces(at.db, **at.page)
 
 
 @routes.get("/v1/admin/workspaces/{workspace_id}", ADMIN_TOKEN, Workspace)
-async def get_workspace(request: web.Request, svc: Services) -> web.Response:
+async def get_workspace(request: web.Request, svc: Services) -> Workspace:
     row = await workspaces.get_workspace(svc.db, request.match_info["workspace_id"])
-    return json_response(workspace(found(row, "workspace")))
+    return workspace(found(row, "workspace"))
 
 
 @routes.post(
@@ -63,41 +179,35 @@ async def get_workspace(request: web.Request, svc: Services) -> web.Response:
     body=AddNumber,
     errors=(409,),
 )
-async def add_workspace_number(
-    request: web.Request, svc: Services, body: AddNumber
-) -> web.Response:
+async def add_workspace_number(request: web.Request, svc: Services, body: AddNumber) -> PhoneNumber:
     row = await workspaces.insert_number(svc.db, request.match_info["workspace_id"], body.number)
-    return json_response(phone_number(row), status=201)
+    return phone_number(row)
 
 
-@routes.get("/v1/admin/workspaces/{workspace_id}/numbers", ADMIN_TOKEN, Page[PhoneNumber])
-async def list_workspace_numbers(request: web.Request, svc: Services) -> web.Response:
-    pager = Pager(request, svc.cursor_key, "admin.numbers", {})
-    read = partial(workspaces.list_numbers, svc.db, request.match_info["workspace_id"])
-    return json_response(await pager.page(read, phone_number))
+@routes.list(
+    "/v1/admin/workspaces/{workspace_id}/numbers", ADMIN_TOKEN, phone_number, cursor="admin.numbers"
+)
+async def list_workspace_numbers(at: Listing, query: PageQuery) -> StorePage[PhoneNumberRow]:
+    return await workspaces.list_numbers(at.db, at.path["workspace_id"], **at.page)
 
 
 @routes.post(
     "/v1/admin/workspaces/{workspace_id}/keys", ADMIN_TOKEN, NewApiKey, status=201, body=CreateKey
 )
-async def create_workspace_key(
-    request: web.Request, svc: Services, body: CreateKey
-) -> web.Response:
+async def create_workspace_key(request: web.Request, svc: Services, body: CreateKey) -> NewApiKey:
     row, key = await workspaces.insert_key(
         svc.db, request.match_info["workspace_id"], body.scopes, body.name
     )
-    return json_response(new_api_key(row, key), status=201)
+    return new_api_key(row, key)
 
 
-@routes.get("/v1/admin/workspaces/{workspace_id}/keys", ADMIN_TOKEN, Page[ApiKey])
-async def list_workspace_keys(request: web.Request, svc: Services) -> web.Response:
-    pager = Pager(request, svc.cursor_key, "admin.keys", {})
-    read = partial(workspaces.list_keys, svc.db, request.match_info["workspace_id"])
-    return json_response(await pager.page(read, api_key))
+@routes.list("/v1/admin/workspaces/{workspace_id}/keys", ADMIN_TOKEN, api_key, cursor="admin.keys")
+async def list_workspace_keys(at: Listing, query: PageQuery) -> StorePage[ApiKeyRow]:
+    return await workspaces.list_keys(at.db, at.path["workspace_id"], **at.page)
 
 
 @routes.delete("/v1/admin/workspaces/{workspace_id}/keys/{key_id}", ADMIN_TOKEN, status=204)
-async def revoke_workspace_key(request: web.Request, svc: Services) -> web.Response:
+async def revoke_workspace_key(request: web.Request, svc: Services) -> None:
     """Revoked at once in every replica (store/key_cache.py); revoking again is a 204 too."""
     try:
         await workspaces.revoke_key(
@@ -108,4 +218,3 @@ async def revoke_workspace_key(request: web.Request, svc: Services) -> web.Respo
         )
     except NotFound:
         raise not_found("key") from None
-    return web.Response(status=204)

@@ -5,17 +5,17 @@ from __future__ import annotations
 from aiohttp import web
 
 from dispatcher import tracing
-from dispatcher.api import admin, console, demo, metrics, openapi
-from dispatcher.api.admission import ADMISSION, Admission, admission_middleware
-from dispatcher.api.connections import ConnectionLimits, guard_connections
-from dispatcher.api.context import SERVICES, Services
-from dispatcher.api.http import (
+from dispatcher.api import admin, console, demo, metrics, registry
+from dispatcher.api.framework.admission import ADMISSION, Admission, admission_middleware
+from dispatcher.api.framework.connections import ConnectionLimits, guard_connections
+from dispatcher.api.framework.context import SERVICES, Services
+from dispatcher.api.framework.http import (
     MAX_BODY_BYTES,
     declare_request_series,
     errors_middleware,
     tracing_middleware,
 )
-from dispatcher.api.query import declared_inputs
+from dispatcher.api.framework.query import declared_inputs
 
 
 def create_app(
@@ -24,13 +24,14 @@ def create_app(
     """The API for `services`; with `demo_receiver`, the demo receiver's routes too (api/demo.py:
     `serve` passes one while the demo workspace exists)."""
     # Inside the error middleware, queries and bodies are held to the routes' declarations.
-    inputs = declared_inputs(openapi.route_inputs())
+    inputs = declared_inputs(registry.route_inputs())
     # The body limit is enforced by read_json (413 in our error shape); aiohttp's own limit is
     # set a little higher so that it never answers first with its own format.
     # Request spans only while tracing is on: off, requests pay nothing for it.
     traced = [tracing_middleware] if tracing.ENABLED else []
-    # Backpressure (api/admission.py): inside the error middleware, before anything reads the
-    # body; with the pool's bounded wait (store/database.py), what bounds the work in progress.
+    # Backpressure (api/framework/admission.py): inside the error middleware, before
+    # anything reads the body; with the pool's bounded wait (store/database.py), what bounds
+    # the work in progress.
     settings = services.settings
     admission = Admission(settings.max_requests_in_progress, settings.admission_timeout)
     app = web.Application(
@@ -40,9 +41,9 @@ def create_app(
     app[SERVICES] = services
     app[ADMISSION] = admission
     # Slow clients are held to time bounds, connections to a count; what aiohttp's HTTP parser
-    # refuses (below every middleware) gets the error shape too (api/connections.py).
+    # refuses (below every middleware) gets the error shape too (api/framework/connections.py).
     guard_connections(app, ConnectionLimits.of(settings))
-    for table in openapi.ROUTE_TABLES:
+    for table in registry.ROUTE_TABLES:
         # /metrics has no key. With DISPATCHER_METRICS_PORT set it is served there only (a port
         # that can stay private); without it, here, for anyone who can reach the API port.
         if table is metrics.routes and services.settings.metrics_port is not None:

@@ -23,13 +23,14 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from typing_extensions import TypedDict
 
-from dispatcher.api.context import PUBLIC, Services, services
-from dispatcher.api.http import ApiError, json_response, read_body, single_header
-from dispatcher.api.resources import DemoDeliveries, DemoDelivery
-from dispatcher.api.routing import Routes
+from dispatcher.api.framework.context import PUBLIC, Services, services
+from dispatcher.api.framework.http import ApiError, read_body, single_header
+from dispatcher.api.framework.routing import Routes
 from dispatcher.domain.clock import isoformat
 from dispatcher.domain.enums import Scope
+from dispatcher.domain.resources import Timestamp
 from dispatcher.domain.signing import secret_key, verify
 from dispatcher.errors import NotFound
 from dispatcher.store import webhooks
@@ -40,6 +41,26 @@ PATH = "/demo/receiver"
 # together, a bound on the memory anyone who can reach the port can make it hold.
 KEPT = 50
 MAX_BODY_BYTES = 64 * 1024
+
+
+class DemoDelivery(TypedDict):
+    """A request the demo receiver got (`GET /demo/receiver`; docs/webhooks.md): `verified`
+    when its Standard Webhooks signature holds with a demo webhook's secret (`webhookId`,
+    else null); `payload` is the body as JSON (null when it is not JSON)."""
+
+    webhookId: str | None
+    deliveryId: str | None
+    eventType: str | None
+    receivedAt: Timestamp
+    verified: bool
+    payload: Any
+
+
+class DemoDeliveries(TypedDict):
+    """The demo receiver's latest requests, newest first."""
+
+    data: list[DemoDelivery]
+
 
 routes = Routes()
 
@@ -122,7 +143,7 @@ async def _verified_by(
 
 
 @routes.post(PATH, PUBLIC, status=204)
-async def receive_demo_delivery(request: web.Request) -> web.Response:
+async def receive_demo_delivery(request: web.Request) -> None:
     """What a receiver does: verify, keep, answer 2xx (401 when the signature does not hold,
     so that the sender sees the refusal in its attempt log)."""
     svc, receiver = services(request), request.app[DEMO_RECEIVER]
@@ -148,13 +169,11 @@ async def receive_demo_delivery(request: web.Request) -> web.Response:
             "the webhook signature is missing, stale or does not verify with a demo webhook's "
             "secret",
         )
-    return web.Response(status=204)
 
 
 @routes.get(PATH, Scope.WEBHOOKS_READ, DemoDeliveries)
-async def list_demo_deliveries(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def list_demo_deliveries(request: web.Request, svc: Services, key: ApiKey) -> DemoDeliveries:
     receiver = request.app[DEMO_RECEIVER]
     if key.workspace_id != receiver.workspace_id:
         raise NotFound("the demo receiver belongs to the demo workspace")
-    found: DemoDeliveries = {"data": [received.resource() for received in receiver.latest()]}
-    return json_response(found)
+    return {"data": [received.resource() for received in receiver.latest()]}

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dispatcher.api import metrics
-from dispatcher.api.connections import ConnectionLimits, guard_connections
-from dispatcher.api.context import PUBLIC, services
-from dispatcher.api.http import Handler, errors_middleware, json_response
-from dispatcher.api.routing import Routes
+from dispatcher.api.framework.connections import ConnectionLimits, guard_connections
+from dispatcher.api.framework.context import PUBLIC, services
+from dispatcher.api.framework.http import Handler, errors_middleware, json_response
+from dispatcher.api.framework.routing import Routes
 from dispatcher.errors import DatabaseUnavailable
 from dispatcher.store import schema
 
@@ -69,7 +69,7 @@ def starting_app(
 
     app = web.Application(middlewares=[close_connections, errors_middleware])
     guard_connections(app, limits or ConnectionLimits())
-    app.router.add_get("/healthz", healthz)
+    app.router.add_routes(route for route in routes if route.path == "/healthz")
     app.router.add_get("/readyz", not_ready)
     if serve_metrics:
         app.router.add_routes(metrics.routes)

@@ -2,21 +2,68 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 from aiohttp import web
+from pydantic import AfterValidator, Field
 
-from dispatcher.api.context import Services
-from dispatcher.api.http import json_response
-from dispatcher.api.models import InboundCall, InboundMessage
+from dispatcher.api.framework.context import Services
+from dispatcher.api.framework.routing import Routes
+from dispatcher.api.models import E164, Body, WebhookUrl, _optional_name, documented
 from dispatcher.api.numbers import not_the_workspaces, own_number
 from dispatcher.api.resources import Call, Message, MessageMedia, call, message
-from dispatcher.api.routing import Routes
-from dispatcher.domain.enums import Direction, Scope
+from dispatcher.domain.enums import CallStatus, Direction, Scope
 from dispatcher.domain.events import CALL_STATUS_EVENTS
+from dispatcher.domain.text import visible_text_pattern
 from dispatcher.store import messages, workspaces
 from dispatcher.store.workspaces import ApiKey, PhoneNumber
+
+# RFC 6838 type/subtype names, optionally with `; name=value` parameters (around the `;`,
+# RFC 9110's optional white space: spaces and tabs). Written so that it is also an ECMA-262
+# pattern (no `\s`, no escaped quote), as the document states it.
+_MEDIA_TYPE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+    r'(?:[ \t]*;[ \t]*[A-Za-z0-9!#$&^_.+-]+=(?:[A-Za-z0-9!#$&^_.+-]+|"[^"\\\x00-\x1f]*"))*'
+)
+
+
+def _media_type(value: str) -> str:
+    if not _MEDIA_TYPE.fullmatch(value):
+        raise ValueError("must be a media type like image/jpeg")
+    return value
+
+
+class Media(Body):
+    contentType: Annotated[
+        str,
+        Field(min_length=1, max_length=255),
+        AfterValidator(_media_type),
+        documented(f"^{_MEDIA_TYPE.pattern}$"),
+    ]
+    url: WebhookUrl
+
+
+class InboundMessage(Body):
+    from_: E164 = Field(alias="from")
+    to: E164
+    # "" stays possible (a carrier may hand over an empty text, e.g. with media only).
+    text: Annotated[
+        str,
+        Field(max_length=1600),
+        AfterValidator(_optional_name),
+        documented(lambda: visible_text_pattern(may_be_empty=True)),
+    ]
+    media: list[Media] = Field(default_factory=list, max_length=10)
+
+
+class InboundCall(Body):
+    from_: E164 = Field(alias="from")
+    to: E164
+    status: CallStatus = Field(strict=False)
+    durationSeconds: int | None = Field(default=None, ge=0, le=7 * 86400)
+
 
 routes = Routes()
 
@@ -49,7 +96,7 @@ def _arrival(
 @routes.post("/v1/inbound/messages", Scope.INGEST_WRITE, Message, status=201, body=InboundMessage)
 async def inbound_message(
     request: web.Request, svc: Services, key: ApiKey, body: InboundMessage
-) -> web.Response:
+) -> Message:
     number = await own_number(svc, key.workspace_id, "body.to", body.to, e164=True)
     row = await messages.create_incoming(
         svc.db,
@@ -57,13 +104,11 @@ async def inbound_message(
         text=body.text,
         media=[MessageMedia(contentType=m.contentType, url=m.url) for m in body.media],
     )
-    return json_response(message(row), status=201)
+    return message(row)
 
 
 @routes.post("/v1/inbound/calls", Scope.INGEST_WRITE, Call, status=201, body=InboundCall)
-async def inbound_call(
-    request: web.Request, svc: Services, key: ApiKey, body: InboundCall
-) -> web.Response:
+async def inbound_call(request: web.Request, svc: Services, key: ApiKey, body: InboundCall) -> Call:
     """A call on a workspace number: incoming when `to` is ours, outgoing when `from` is."""
     found = await workspaces.find_numbers(
         svc.db, key.workspace_id, [body.to, body.from_], e164=True
@@ -82,4 +127,4 @@ async def inbound_call(
         duration_seconds=body.durationSeconds,
         event_type=CALL_STATUS_EVENTS[body.status],
     )
-    return json_response(call(row), status=201)
+    return call(row)

@@ -3,34 +3,55 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from functools import partial
+from typing import Annotated
 
 import structlog
 from aiohttp import web
+from pydantic import Field
 
-from dispatcher.api.context import Services
-from dispatcher.api.found import found
-from dispatcher.api.http import json_response, read_object, validate
-from dispatcher.api.idempotency import IDEMPOTENCY_KEY, idempotency_key, request_fingerprint
-from dispatcher.api.models import SendMessage
+from dispatcher.api.framework.context import Services
+from dispatcher.api.framework.found import found
+from dispatcher.api.framework.http import read_object, validate
+from dispatcher.api.framework.idempotency import (
+    IDEMPOTENCY_KEY,
+    idempotency_key,
+    request_fingerprint,
+)
+from dispatcher.api.framework.pagination import Listing, PageQuery
+from dispatcher.api.framework.query import PHONE_NUMBER, choice, id_of
+from dispatcher.api.framework.routing import Routes, WithHeaders
+from dispatcher.api.models import E164, Body, MessageText, documented
 from dispatcher.api.numbers import own_number
-from dispatcher.api.pagination import Pager
-from dispatcher.api.query import choice, e164_parameter, id_parameter, read_query
-from dispatcher.api.resources import Message, Page, message
-from dispatcher.api.routing import Routes
+from dispatcher.api.resources import Message, message
 from dispatcher.domain import ids
 from dispatcher.domain.enums import Direction, Scope
+from dispatcher.domain.phone import E164_PATTERN
 from dispatcher.store import expunge, messages
+from dispatcher.store.pages import Page as StorePage
+from dispatcher.store.rows import MessageRow
 from dispatcher.store.workspaces import ApiKey
+
+
+class SendMessage(Body):
+    from_: Annotated[
+        str,
+        documented(
+            f"^(?:{E164_PATTERN}|{ids.NUMBER}[0-9a-f]{{32}})$",
+            description="one of the workspace's numbers: its E.164 form or its id",
+        ),
+    ] = Field(alias="from", min_length=1, max_length=64)
+    to: E164
+    text: MessageText
+
 
 routes = Routes()
 log = structlog.get_logger("dispatcher.api")
 
-FILTERS = (
-    id_parameter("numberId", ids.NUMBER),
-    e164_parameter("contact"),
-    choice("direction", Direction),
-)
+
+class MessageQuery(PageQuery):
+    numberId: Annotated[str | None, id_of(ids.NUMBER)] = None
+    contact: Annotated[str | None, PHONE_NUMBER] = None
+    direction: Annotated[str | None, choice(Direction)] = None
 
 
 @routes.post(
@@ -42,7 +63,7 @@ FILTERS = (
     headers=(IDEMPOTENCY_KEY,),
     errors=(422,),
 )
-async def send_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def send_message(request: web.Request, svc: Services, key: ApiKey) -> WithHeaders[Message]:
     """202 with the queued message. With `Idempotency-Key` (the rules of POST /v1/events), the
     identical request within 24 hours answers the first message as it is now (and
     `Idempotent-Replayed: true`) and sends nothing, so a client retrying a send that timed out
@@ -67,32 +88,29 @@ async def send_message(request: web.Request, svc: Services, key: ApiKey) -> web.
         fingerprint=None if key_sent is None else request_fingerprint(svc.cursor_key, raw),
     )
     headers = {} if created else {"Idempotent-Replayed": "true"}
-    return json_response(message(row), status=202, headers=headers)
+    return WithHeaders(message(row), headers)
 
 
-@routes.get("/v1/messages", Scope.MESSAGES_READ, Page[Message], query=FILTERS)
-async def list_messages(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    filters = read_query(request, FILTERS)
-    pager = Pager(request, svc.cursor_key, "messages", filters)
-    read = partial(
-        messages.list_page,
-        svc.db,
-        key.workspace_id,
-        number_id=filters["numberId"],
-        contact=filters["contact"],
-        direction=filters["direction"],
+@routes.list("/v1/messages", Scope.MESSAGES_READ, message, cursor="messages")
+async def list_messages(at: Listing, query: MessageQuery) -> StorePage[MessageRow]:
+    return await messages.list_page(
+        at.db,
+        at.workspace_id,
+        number_id=query.numberId,
+        contact=query.contact,
+        direction=query.direction,
+        **at.page,
     )
-    return json_response(await pager.page(read, message))
 
 
 @routes.get("/v1/messages/{message_id}", Scope.MESSAGES_READ, Message)
-async def get_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def get_message(request: web.Request, svc: Services, key: ApiKey) -> Message:
     row = await messages.get(svc.db, key.workspace_id, request.match_info["message_id"])
-    return json_response(message(found(row, "message")))
+    return message(found(row, "message"))
 
 
 @routes.post("/v1/messages/{message_id}/expunge", Scope.MESSAGES_WRITE, Message)
-async def expunge_message(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def expunge_message(request: web.Request, svc: Services, key: ApiKey) -> Message:
     """Erase the message's text (personal data): `text` null and `expunged` true, here and in
     the `data` of every event that carried it (their deliveries not yet sent go without it).
     Answers the message; again, the same."""
@@ -101,4 +119,4 @@ async def expunge_message(request: web.Request, svc: Services, key: ApiKey) -> w
     )
     row = found(erased, "message")
     log.info("message.expunged", workspace_id=key.workspace_id, message_id=row.id)
-    return json_response(message(row))
+    return message(row)

@@ -13,8 +13,8 @@ import asyncio
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from dispatcher.api.context import PUBLIC
-from dispatcher.api.routing import Routes
+from dispatcher.api.framework.context import PUBLIC
+from dispatcher.api.framework.routing import Routes
 
 routes = Routes()
 

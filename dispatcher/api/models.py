@@ -1,9 +1,11 @@
-"""Request bodies: the one description of each, validated here and documented from here.
+"""Request bodies: the one description of each, validated and documented from it. Here: the
+base model and the field types bodies share, and the webhook's bodies; each other resource's
+bodies live in its own module (api/<resource>.py), written the same way.
 
 Strict types (no coercion), unknown fields refused. An enumeration field is not strict: in
 Python mode, strict pydantic takes only enum members, and bodies arrive as JSON strings.
 
-The document (api/openapi.py) is as strict as these models: a rule a validator enforces
+The document (api/framework/openapi.py) is as strict as these models: a rule a validator enforces
 (`AfterValidator`) is stated beside it for JSON Schema (`documented`), from the same domain
 constant, so that generated clients and fuzzers send only what the server takes. What no
 schema can say (a number the workspace owns, a rule across two fields) is in the field's
@@ -13,7 +15,6 @@ sentinel): it is optional in the document without being nullable.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -25,13 +26,12 @@ from pydantic import (
     ConfigDict,
     Field,
     WithJsonSchema,
-    field_validator,
 )
 
-from dispatcher.api.idempotency import IDEMPOTENCY_KEY_PROBLEM, IDEMPOTENCY_KEY_SHAPE
+from dispatcher.api.framework.openapi import JSON_VALUE_REF
 from dispatcher.domain import headers, ids, payload_filter
-from dispatcher.domain.enums import CallStatus, ConversationStatus, Ordering, Scope
-from dispatcher.domain.events import EVENT_TYPES, OPERATIONAL_TYPES, PUBLISHABLE_TYPES
+from dispatcher.domain.enums import Ordering
+from dispatcher.domain.events import EVENT_TYPES
 from dispatcher.domain.json_values import json_problem
 from dispatcher.domain.payload_filter import MAX_FILTER_BYTES, filter_problem
 from dispatcher.domain.phone import E164_PATTERN, is_e164
@@ -39,17 +39,10 @@ from dispatcher.domain.text import (
     BLANK,
     NO_NUL_PATTERN,
     is_blank,
-    is_control,
-    name_pattern,
-    name_problem,
-    no_control_pattern,
     unprintable_class,
     visible_text_pattern,
 )
 from dispatcher.domain.urls import check_webhook_url, url_pattern
-
-# The document's name for any JSON value a body may carry (api/openapi.py defines it).
-JSON_VALUE_REF = "#/components/schemas/JsonValue"
 
 
 def documented(pattern: str | Callable[[], str] | None = None, **facts: Any) -> Any:
@@ -100,21 +93,6 @@ def _optional_name(value: OptionalText) -> OptionalText:
     return value
 
 
-# RFC 6838 type/subtype names, optionally with `; name=value` parameters (around the `;`,
-# RFC 9110's optional white space: spaces and tabs). Written so that it is also an ECMA-262
-# pattern (no `\s`, no escaped quote), as the document states it.
-_MEDIA_TYPE = re.compile(
-    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
-    r'(?:[ \t]*;[ \t]*[A-Za-z0-9!#$&^_.+-]+=(?:[A-Za-z0-9!#$&^_.+-]+|"[^"\\\x00-\x1f]*"))*'
-)
-
-
-def _media_type(value: str) -> str:
-    if not _MEDIA_TYPE.fullmatch(value):
-        raise ValueError("must be a media type like image/jpeg")
-    return value
-
-
 E164 = Annotated[str, AfterValidator(_e164), documented(f"^{E164_PATTERN}$")]
 # Webhook and media URLs: accepted only when the sender could attempt them (domain/urls.py).
 WebhookUrl = Annotated[
@@ -133,58 +111,12 @@ MessageText = Annotated[
     AfterValidator(_text),
     documented(visible_text_pattern),
 ]
-# Any text of a body: no NUL (api/http.py refuses it in every string).
+# Any text of a body: no NUL (api/framework/http.py refuses it in every string).
 Text = Annotated[str, documented(NO_NUL_PATTERN)]
 
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
-
-
-class SendMessage(Body):
-    from_: Annotated[
-        str,
-        documented(
-            f"^(?:{E164_PATTERN}|{ids.NUMBER}[0-9a-f]{{32}})$",
-            description="one of the workspace's numbers: its E.164 form or its id",
-        ),
-    ] = Field(alias="from", min_length=1, max_length=64)
-    to: E164
-    text: MessageText
-
-
-class SetConversationStatus(Body):
-    status: ConversationStatus = Field(strict=False)
-
-
-class Media(Body):
-    contentType: Annotated[
-        str,
-        Field(min_length=1, max_length=255),
-        AfterValidator(_media_type),
-        documented(f"^{_MEDIA_TYPE.pattern}$"),
-    ]
-    url: WebhookUrl
-
-
-class InboundMessage(Body):
-    from_: E164 = Field(alias="from")
-    to: E164
-    # "" stays possible (a carrier may hand over an empty text, e.g. with media only).
-    text: Annotated[
-        str,
-        Field(max_length=1600),
-        AfterValidator(_optional_name),
-        documented(lambda: visible_text_pattern(may_be_empty=True)),
-    ]
-    media: list[Media] = Field(default_factory=list, max_length=10)
-
-
-class InboundCall(Body):
-    from_: E164 = Field(alias="from")
-    to: E164
-    status: CallStatus = Field(strict=False)
-    durationSeconds: int | None = Field(default=None, ge=0, le=7 * 86400)
 
 
 def _event_types(value: list[str]) -> list[str]:
@@ -317,136 +249,3 @@ class FilterTest(Body):
 class Recover(Body):
     since: AwareDatetime = Field(strict=False)
     until: AwareDatetime | None = Field(default=None, strict=False)
-
-
-def _ordering_key(value: str) -> str:
-    if any(is_control(char) for char in value):
-        raise ValueError("must not contain control characters")
-    return value
-
-
-# An event's ordering lane (docs/webhooks.md, "Ordered delivery"): any text, no controls.
-OrderingKey = Annotated[
-    str,
-    Field(min_length=1, max_length=200),
-    AfterValidator(_ordering_key),
-    documented(no_control_pattern),
-]
-
-
-def _idempotency_key(value: str) -> str:
-    if not IDEMPOTENCY_KEY_SHAPE.fullmatch(value):
-        raise ValueError(IDEMPOTENCY_KEY_PROBLEM)
-    return value
-
-
-# An event's data: a JSON object whose `id` is a non-empty string (`PublishEvent._has_id`).
-EventData = Annotated[
-    dict[str, Any],
-    AfterValidator(_json_value),
-    _json_object(
-        required=["id"],
-        properties={"id": {"type": "string", "minLength": 1, "pattern": NO_NUL_PATTERN}},
-    ),
-]
-
-
-class PublishEvent(Body):
-    type: Annotated[str, documented(enum=sorted(PUBLISHABLE_TYPES))] = Field(
-        min_length=1, max_length=100
-    )
-    numberId: NumberId | None = None
-    data: EventData
-    orderingKey: OrderingKey | None = None
-
-    @field_validator("type")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        if value in OPERATIONAL_TYPES:
-            raise ValueError(f"{value} is published by the service itself (see docs/events.md)")
-        if value not in PUBLISHABLE_TYPES:
-            raise ValueError(f"unknown event type: {value} (see docs/events.md)")
-        return value
-
-    @field_validator("data")
-    @classmethod
-    def _has_id(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if not isinstance(value.get("id"), str) or not value["id"]:
-            raise ValueError("must carry `id`, a non-empty string")
-        return value
-
-
-# How many events one POST /v1/events/batch takes.
-MAX_BATCH_EVENTS = 100
-
-
-class BatchEvent(PublishEvent):
-    """One event of a batch: what POST /v1/events takes, and its own Idempotency-Key (the
-    header's rules, for this event alone)."""
-
-    idempotencyKey: (
-        Annotated[
-            str,
-            AfterValidator(_idempotency_key),
-            documented(f"^{IDEMPOTENCY_KEY_SHAPE.pattern}$"),
-        ]
-        | None
-    ) = None
-
-
-class PublishBatch(Body):
-    events: list[BatchEvent] = Field(min_length=1, max_length=MAX_BATCH_EVENTS)
-
-
-# -- the admin API (api/admin.py) -------------------------------------------------------------
-
-MAX_NAME_LENGTH = 255
-
-
-def _name(value: str) -> str:
-    problem = name_problem(value, MAX_NAME_LENGTH)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
-
-
-def _optional_key_name(value: str | None) -> str | None:
-    """Absent, null and `""` leave a key unnamed; any other name follows the name rules."""
-    return _name(value) if value else None
-
-
-def _distinct_scopes(value: list[Scope]) -> list[Scope]:
-    if len(set(value)) != len(value):
-        raise ValueError("must not repeat a scope")
-    return value
-
-
-class CreateWorkspace(Body):
-    name: Annotated[
-        str,
-        Field(min_length=1, max_length=MAX_NAME_LENGTH),
-        AfterValidator(_name),
-        documented(name_pattern),
-    ]
-
-
-class AddNumber(Body):
-    number: E164
-
-
-class CreateKey(Body):
-    scopes: Annotated[
-        list[Annotated[Scope, Field(strict=False)]],
-        Field(min_length=1, max_length=len(Scope)),
-        AfterValidator(_distinct_scopes),
-        documented(uniqueItems=True),
-    ]
-    name: (
-        Annotated[
-            str,
-            Field(max_length=MAX_NAME_LENGTH),
-            AfterValidator(_optional_key_name),
-            documented(lambda: name_pattern(may_be_empty=True)),
-        ]
-        | None
-    ) = None

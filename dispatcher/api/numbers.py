@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dispatcher.api.context import Services
+from dispatcher.api.framework.context import Services
 from dispatcher.errors import FieldError, ValidationFailed
 from dispatcher.store import workspaces
 from dispatcher.store.workspaces import PhoneNumber

@@ -4,29 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from datetime import timedelta
-from functools import partial
+from typing import Annotated
 
 import structlog
 from aiohttp import web
 from pydantic import MISSING
 
-from dispatcher.api.context import Services
-from dispatcher.api.found import found, not_found
-from dispatcher.api.http import json_response
+from dispatcher.api.framework.context import Services
+from dispatcher.api.framework.found import found, not_found
+from dispatcher.api.framework.http import json_response
+from dispatcher.api.framework.pagination import Listing, PageQuery
+from dispatcher.api.framework.query import choice, id_of, instant
+from dispatcher.api.framework.routing import Routes
 from dispatcher.api.models import CreateWebhook, FilterTest, Recover, UpdateWebhook
 from dispatcher.api.numbers import own_numbers
-from dispatcher.api.pagination import Pager
-from dispatcher.api.query import (
-    choice,
-    id_parameter,
-    instant_parameter,
-    read_query,
-    read_time_range,
-)
+from dispatcher.api.parents import InWebhook
 from dispatcher.api.resources import (
     Delivery,
     FilterMatch,
-    Page,
     Recovered,
     Secret,
     Webhook,
@@ -38,7 +33,6 @@ from dispatcher.api.resources import (
     webhook,
     webhook_with_secret,
 )
-from dispatcher.api.routing import Routes
 from dispatcher.domain import ids
 from dispatcher.domain.enums import DeliveryStatus, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
@@ -47,7 +41,8 @@ from dispatcher.domain.headers import HEADERS, SECRET_HEADERS, header_problems
 from dispatcher.domain.payload_filter import FILTER, stored_filter
 from dispatcher.errors import FieldError, ValidationFailed
 from dispatcher.store import deliveries, webhooks
-from dispatcher.store.rows import LockedWebhookRow, WebhookRow
+from dispatcher.store.pages import Page as StorePage
+from dispatcher.store.rows import DeliveryRow, LockedWebhookRow, WebhookRow
 from dispatcher.store.webhooks import WebhookChanges
 from dispatcher.store.workspaces import ApiKey
 
@@ -55,15 +50,14 @@ routes = Routes()
 log = structlog.get_logger("dispatcher.api")
 
 RECOVER_WINDOW = timedelta(days=14)
-CREATED_SINCE = instant_parameter("since", "deliveries created at or after this time")
-CREATED_UNTIL = instant_parameter("until", "deliveries created before this time")
-DELIVERY_FILTERS = (
-    choice("status", DeliveryStatus),
-    choice("event", sorted(EVENT_TYPES | {TEST_EVENT})),
-    id_parameter("eventId", ids.EVENT),
-    CREATED_SINCE,
-    CREATED_UNTIL,
-)
+
+
+class DeliveryQuery(PageQuery):
+    status: Annotated[str | None, choice(DeliveryStatus)] = None
+    event: Annotated[str | None, choice(sorted(EVENT_TYPES | {TEST_EVENT}))] = None
+    eventId: Annotated[str | None, id_of(ids.EVENT)] = None
+    since: Annotated[str | None, instant("deliveries created at or after this time")] = None
+    until: Annotated[str | None, instant("deliveries created before this time")] = None
 
 
 def _webhook(svc: Services, row: WebhookRow) -> Webhook:
@@ -120,11 +114,9 @@ async def create_webhook(
     return answers[0]
 
 
-@routes.get("/v1/webhooks", Scope.WEBHOOKS_READ, Page[Webhook])
-async def list_webhooks(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    pager = Pager(request, svc.cursor_key, "webhooks", {})
-    read = partial(webhooks.list_page, svc.db, key.workspace_id)
-    return json_response(await pager.page(read, partial(_webhook, svc)))
+@routes.list("/v1/webhooks", Scope.WEBHOOKS_READ, render_with_services=_webhook, cursor="webhooks")
+async def list_webhooks(at: Listing, query: PageQuery) -> StorePage[WebhookRow]:
+    return await webhooks.list_page(at.db, at.workspace_id, **at.page)
 
 
 @routes.get("/v1/webhooks/{webhook_id}", Scope.WEBHOOKS_READ, Webhook)
@@ -247,30 +239,20 @@ async def test_webhook_filter(
     return json_response(filter_match(found(matches, "webhook")))
 
 
-@routes.get(
-    "/v1/webhooks/{webhook_id}/deliveries",
-    Scope.WEBHOOKS_READ,
-    Page[Delivery],
-    query=DELIVERY_FILTERS,
+@routes.list(
+    "/v1/webhooks/{webhook_id}/deliveries", Scope.WEBHOOKS_READ, delivery, cursor="deliveries"
 )
-async def list_deliveries(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
-    webhook_id = request.match_info["webhook_id"]
-    filters = {"webhookId": webhook_id, **read_query(request, DELIVERY_FILTERS)}
-    since, until = read_time_range(request, CREATED_SINCE, CREATED_UNTIL)
-    pager = Pager(request, svc.cursor_key, "deliveries", filters)
-    await webhooks.require_readable(svc.db, key.workspace_id, webhook_id)
-    read = partial(
-        deliveries.list_page,
-        svc.db,
-        key.workspace_id,
-        webhook_id,
-        status=filters["status"],
-        event=filters["event"],
-        event_id=filters["eventId"],
-        since=since,
-        until=until,
+async def list_deliveries(at: InWebhook, query: DeliveryQuery) -> StorePage[DeliveryRow]:
+    return await deliveries.list_page(
+        at.db,
+        at.workspace_id,
+        at.path["webhook_id"],
+        status=query.status,
+        event=query.event,
+        event_id=query.eventId,
+        **query.time_range(),
+        **at.page,
     )
-    return json_response(await pager.page(read, delivery))
 
 
 @routes.get("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}", Scope.WEBHOOKS_READ, Delivery)

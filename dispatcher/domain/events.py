@@ -1,7 +1,7 @@
 """The event catalog (interface section 2).
 
 The envelope around an event's data is built by the database alone, when the event is stored
-(schema.sql: `dispatcher_envelope`), whichever door the event came in by, so that every
+(functions.sql: `dispatcher_envelope`), whichever door the event came in by, so that every
 attempt sends the bytes stored; its shape is `domain.resources.EventEnvelope`.
 """
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dispatcher.domain.enums import CallStatus
 
-# Date-form version label carried by every envelope: the one schema.sql's dispatcher_envelope
+# Date-form version label carried by every envelope: the one functions.sql's dispatcher_envelope
 # writes (tests/store/test_envelope.py keeps the two in step).
 API_VERSION = "2026-11-01"
 
 TEST_EVENT = "webhook.test"
 
-# What an event type looks like (`contact.updated`); schema.sql's dispatcher_publish_event
+# What an event type looks like (`contact.updated`); functions.sql's dispatcher_publish_event
 # refuses any other.
 EVENT_TYPE_PATTERN = r"[a-z]+(\.[a-z_]+)+"
 

@@ -5,7 +5,7 @@ Every free-form JSON value a client hands over (an event's `data`, a webhook's `
 console page and delivery. A value the serialiser cannot write (orjson stops at 254 levels;
 it writes no integer beyond 64 bits) would be stored and then fail every read: so the doors
 refuse it, with one rule for all of them (the API, and the SQL outbox function
-`dispatcher_publish_event`, which checks the same in the database: schema.sql).
+`dispatcher_publish_event`, which checks the same in the database: functions.sql).
 
 - Depth: at most `MAX_JSON_DEPTH` levels. An object or an array is a level; what it holds
   counts from there: `1` is 0 deep, `{}` and `[1]` are 1 deep, `{"a": [1]}` is 2. 64 is far
@@ -56,6 +56,6 @@ def in_range(number: int | float) -> bool:
 
 def json_problem(value: Any) -> str | None:
     """Why `value` cannot be stored as a free-form JSON value, or None. The numbers of a
-    request body are checked where it is parsed (api/http.py: an integer beyond 64 bits is
+    request body are checked where it is parsed (api/framework/http.py: an integer beyond 64 bits is
     a float by then), so here the depth alone."""
     return DEPTH_PROBLEM if deeper_than(value, MAX_JSON_DEPTH) else None

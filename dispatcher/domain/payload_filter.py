@@ -11,7 +11,7 @@ same place, one by one, so its work is (the filter's array elements) x (that dat
 elements); fan-out pays it once per subscription, inside the publishing transaction. A filter
 of 2,000 array elements against an event array of 500,000 took 30 s. So both sides are
 bounded: the filter here (every door that stores or tries a filter takes `filter_problem`),
-the data in the database (`dispatcher_filter_passes`, schema.sql: an array of the data
+the data in the database (`dispatcher_filter_passes`, functions.sql: an array of the data
 longer than `MAX_COMPARED_ARRAY_ELEMENTS`, where the filter has an array, is not looked into
 and does not pass). An array in a filter holds only scalars, so that each of its elements is
 looked up in one data array (an object or array among them would be compared with every

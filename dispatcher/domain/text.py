@@ -117,7 +117,7 @@ def unprintable_class() -> str:
     return _classes()["unprintable"]
 
 
-# No NUL (Postgres text cannot hold it; every JSON body is refused with one: api/http.py).
+# No NUL (Postgres text cannot hold it; every JSON body is refused with one: api/framework/http.py).
 NO_NUL_PATTERN = "^[^\\u0000]*$"
 
 

@@ -12,12 +12,12 @@ from datetime import datetime
 
 from dispatcher.store.database import Database
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import AttemptRow
 
 
 class SQL(Queries, file="attempts.sql"):
-    attempts_page: str
+    attempts_page: Statement
 
 
 async def list_for_delivery(

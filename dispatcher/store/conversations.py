@@ -1,25 +1,28 @@
 """Conversation threads: one per (workspace number, contact). Statements in
 queries/conversations.sql; a thread is made or updated by the statement that writes its item
-(messages.py), with conversations.sql's `touch` as its first step."""
+(messages.sql's `create_` statements, their first step)."""
 
 from __future__ import annotations
 
 from dispatcher.domain.enums import ConversationStatus
 from dispatcher.store.database import Database
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import ConversationRow, fetch_row
 
 
 class SQL(Queries, file="conversations.sql"):
-    touch: str
-    conversation: str
-    set_status: str
-    conversations_page: str
+    conversation: Statement
+    set_status: Statement
+    conversations_page: Statement
 
 
 async def get(db: Database, workspace_id: str, conversation_id: str) -> ConversationRow | None:
-    return await fetch_row(db, SQL.conversation, ConversationRow, workspace_id, conversation_id)
+    return await fetch_row(
+        db,
+        SQL.conversation(workspace_id=workspace_id, conversation_id=conversation_id),
+        ConversationRow,
+    )
 
 
 async def set_status(
@@ -28,7 +31,9 @@ async def set_status(
     """Move the conversation to the folder `status`; None when the workspace has no such
     conversation."""
     return await fetch_row(
-        db, SQL.set_status, ConversationRow, workspace_id, conversation_id, status
+        db,
+        SQL.set_status(workspace_id=workspace_id, conversation_id=conversation_id, status=status),
+        ConversationRow,
     )
 
 

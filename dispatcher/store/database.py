@@ -29,7 +29,7 @@ import orjson
 import structlog
 
 from dispatcher.errors import DatabaseUnavailable, DispatcherError, OutcomeUnknown, Overloaded
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Bound, Queries, Statement
 
 Record: TypeAlias = asyncpg.Record
 Connection: TypeAlias = "asyncpg.Connection[Record] | asyncpg.pool.PoolConnectionProxy[Record]"
@@ -38,13 +38,13 @@ log = structlog.get_logger("dispatcher.store")
 
 
 class SQL(Queries, file="notifications.sql"):
-    notify: str
-    keepalive: str
-    try_lead: str
+    notify: Statement
+    keepalive: Statement
+    try_lead: Statement
 
 
 class ConnectionsSQL(Queries, file="connections.sql"):
-    end_backend: str
+    end_backend: Statement
 
 
 T = TypeVar("T")
@@ -350,7 +350,7 @@ class Database:
             try:
                 async with self.acquire() as conn:
                     for channel in channels:
-                        await conn.execute(SQL.notify, channel)
+                        await conn.execute(*SQL.notify(channel=channel))
             except DispatcherError as exc:  # a lost wake-up costs a probe interval, not work
                 log.debug("database.wake_failed", error=str(exc))
 
@@ -474,7 +474,9 @@ class Database:
             try:
                 async with asyncio.timeout_at(deadline), self.acquire() as conn:
                     if lost.backend_pid is None or await conn.fetchval(
-                        ConnectionsSQL.end_backend, lost.backend_pid, SETTLE_END_WAIT_MS
+                        *ConnectionsSQL.end_backend(
+                            pid=lost.backend_pid, wait_ms=SETTLE_END_WAIT_MS
+                        )
                     ):
                         return await look(conn)
             except (DatabaseUnavailable, Overloaded, TimeoutError) as exc:
@@ -501,9 +503,10 @@ class Database:
         return 0 if self._pool is None else self._pool.get_size()
 
 
-async def fetch_one(conn: Connection, sql: str, *args: Any) -> Record:
-    """One row that must exist (INSERT/UPDATE ... RETURNING of a row we hold)."""
-    row = await conn.fetchrow(sql, *args)
+async def fetch_one(conn: Connection, sql: Bound | str, *args: Any) -> Record:
+    """One row that must exist (INSERT/UPDATE ... RETURNING of a row we hold); `sql` as in
+    `rows.fetch_row`."""
+    row = await conn.fetchrow(*sql) if isinstance(sql, Bound) else await conn.fetchrow(sql, *args)
     if row is None:
         raise StoreError("statement returned no row")
     return row

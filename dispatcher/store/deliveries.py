@@ -1,6 +1,6 @@
 """Deliveries as the API sees them: read, list, test, retry, recover.
 
-New deliveries, with their rows in the engine's queue, are made by schema.sql's
+New deliveries, with their rows in the engine's queue, are made by functions.sql's
 `dispatcher_add_deliveries` alone (a test's through `events.append_event`, a recover's missed ones
 through `deliver_missed`). The statements are in queries/deliveries.sql; the engine's claim and
 record statements live in queries/queue.sql (store/queue.py).
@@ -19,24 +19,24 @@ from dispatcher.store import events, expunge, webhooks
 from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import DeliveryRow, WebhookRow, as_row, fetch_row
 
 
 class SQL(Queries, file="deliveries.sql"):
-    deliveries_page: str
-    delivery: str
-    event_delivery: str
-    lock_delivery: str
-    lock_queued: str
-    lock_queued_now: str
-    make_pending: str
-    make_due: str
-    requeue_failed: str
-    enqueue: str
-    deliver_missed: str
-    event_deliveries_page: str
-    event_delivery_count: str
+    deliveries_page: Statement
+    delivery: Statement
+    event_delivery: Statement
+    lock_delivery: Statement
+    lock_queued: Statement
+    lock_queued_now: Statement
+    make_pending: Statement
+    make_due: Statement
+    requeue_failed: Statement
+    enqueue: Statement
+    deliver_missed: Statement
+    event_deliveries_page: Statement
+    event_delivery_count: Statement
 
 
 async def _live_webhook(conn: Connection, workspace_id: str, webhook_id: str) -> WebhookRow:
@@ -49,7 +49,11 @@ async def _live_webhook(conn: Connection, workspace_id: str, webhook_id: str) ->
 async def get(
     db: Database, workspace_id: str, webhook_id: str, delivery_id: str
 ) -> DeliveryRow | None:
-    return await fetch_row(db, SQL.delivery, DeliveryRow, workspace_id, webhook_id, delivery_id)
+    return await fetch_row(
+        db,
+        SQL.delivery(workspace_id=workspace_id, webhook_id=webhook_id, delivery_id=delivery_id),
+        DeliveryRow,
+    )
 
 
 async def list_page(
@@ -94,7 +98,9 @@ async def create_test(
             created_at=now,
             webhook_ids=[webhook_id],
         )
-        row = await fetch_one(conn, SQL.event_delivery, webhook_id, event_id, now)
+        row = await fetch_one(
+            conn, SQL.event_delivery(webhook_id=webhook_id, event_id=event_id, now=now)
+        )
     db.wake(DELIVERIES_CHANNEL)
     return as_row(DeliveryRow, row)
 
@@ -121,7 +127,14 @@ async def retry(
     async with db.transaction() as conn:
         await expunge.hold_off_expunges(conn, workspace_id)
         hook = await _live_webhook(conn, workspace_id, webhook_id)
-        if await conn.fetchrow(SQL.delivery, workspace_id, webhook_id, delivery_id) is None:
+        if (
+            await conn.fetchrow(
+                *SQL.delivery(
+                    workspace_id=workspace_id, webhook_id=webhook_id, delivery_id=delivery_id
+                )
+            )
+            is None
+        ):
             raise NotFound("delivery not found")
         # The queue row's lock orders this retry against claims (which skip locked rows) and
         # the record; the history row's, retries of a delivery no longer queued. In that
@@ -129,8 +142,12 @@ async def retry(
         # retry holding the history row while it waited for a record, which holds the queue
         # row and then writes the history row, would deadlock with it. (Two retries of a
         # settled delivery: the second finds the row the first queued; `enqueue` leaves it.)
-        queued = await conn.fetchrow(SQL.lock_queued, delivery_id)
-        found = await conn.fetchrow(SQL.lock_delivery, workspace_id, webhook_id, delivery_id)
+        queued = await conn.fetchrow(*SQL.lock_queued(delivery_id=delivery_id))
+        found = await conn.fetchrow(
+            *SQL.lock_delivery(
+                workspace_id=workspace_id, webhook_id=webhook_id, delivery_id=delivery_id
+            )
+        )
         if found is None:
             raise NotFound("delivery not found")
         if queued is None:
@@ -139,7 +156,7 @@ async def retry(
             # another transaction holds now (a disable giving it up, a claim) is a conflict to
             # retry, never a wait that could close a circle with that transaction.
             try:
-                queued = await conn.fetchrow(SQL.lock_queued_now, delivery_id)
+                queued = await conn.fetchrow(*SQL.lock_queued_now(delivery_id=delivery_id))
             except asyncpg.LockNotAvailableError as exc:
                 raise Conflict(BUSY) from exc
         if found["expunged"]:
@@ -148,12 +165,21 @@ async def retry(
             raise Conflict("the webhook is disabled; enable it, then retry")
         if queued is not None and queued["lease_owner"] is not None:
             raise Conflict(IN_FLIGHT)
-        await conn.execute(SQL.make_pending, delivery_id, now)
+        await conn.execute(*SQL.make_pending(delivery_id=delivery_id, due_at=now))
         if queued is None:
-            await conn.execute(SQL.enqueue, [delivery_id], AttemptTrigger.MANUAL_RETRY)
+            await conn.execute(
+                *SQL.enqueue(delivery_ids=[delivery_id], trigger=AttemptTrigger.MANUAL_RETRY)
+            )
         else:
-            await conn.execute(SQL.make_due, delivery_id, now, AttemptTrigger.MANUAL_RETRY)
-        row = await fetch_one(conn, SQL.delivery, workspace_id, webhook_id, delivery_id)
+            await conn.execute(
+                *SQL.make_due(
+                    delivery_id=delivery_id, due_at=now, trigger=AttemptTrigger.MANUAL_RETRY
+                )
+            )
+        row = await fetch_one(
+            conn,
+            SQL.delivery(workspace_id=workspace_id, webhook_id=webhook_id, delivery_id=delivery_id),
+        )
     db.wake(DELIVERIES_CHANNEL)
     return as_row(DeliveryRow, row)
 
@@ -190,12 +216,22 @@ async def recover(
         if until <= since:
             return 0
         requeued = [
-            r["id"] for r in await conn.fetch(SQL.requeue_failed, webhook_id, since, until, now)
+            r["id"]
+            for r in await conn.fetch(
+                *SQL.requeue_failed(webhook_id=webhook_id, since=since, until=until, now=now)
+            )
         ]
         if requeued:
-            await conn.execute(SQL.enqueue, requeued, AttemptTrigger.RECOVER)
+            await conn.execute(*SQL.enqueue(delivery_ids=requeued, trigger=AttemptTrigger.RECOVER))
         created: int = await conn.fetchval(
-            SQL.deliver_missed, webhook_id, workspace_id, since, until, now, AttemptTrigger.RECOVER
+            *SQL.deliver_missed(
+                webhook_id=webhook_id,
+                workspace_id=workspace_id,
+                since=since,
+                until=until,
+                now=now,
+                trigger=AttemptTrigger.RECOVER,
+            )
         )
     queued = len(requeued) + created
     if queued:
@@ -213,9 +249,12 @@ async def list_for_event(
     after: Position | None,
 ) -> Page[DeliveryRow]:
     """A page of an event's deliveries, newest first."""
-    # The statement's own parameters come first ($1..$3); the pager's conditions follow.
-    filters = Filters(args=[event_id, event_created_at, workspace_id], alias="d")
-    return await fetch_page(db, SQL.event_deliveries_page, DeliveryRow, filters, limit, after)
+    # The statement's own parameters come first; the pager's conditions follow.
+    page = SQL.event_deliveries_page(
+        event_id=event_id, created_at=event_created_at, workspace_id=workspace_id
+    )
+    filters = Filters(args=list(page.args), alias="d")
+    return await fetch_page(db, page.sql, DeliveryRow, filters, limit, after)
 
 
 async def count_for_event(
@@ -224,6 +263,8 @@ async def count_for_event(
     """How many deliveries an event has, as `list_for_event` finds them."""
     async with db.acquire() as conn:
         count: int = await conn.fetchval(
-            SQL.event_delivery_count, event_id, event_created_at, workspace_id
+            *SQL.event_delivery_count(
+                event_id=event_id, event_created_at=event_created_at, workspace_id=workspace_id
+            )
         )
     return count

@@ -1,5 +1,5 @@
 """Publishing events, and reading the stream. Every door (the API, inbound, the carrier, a
-webhook's test, the SQL outbox) ends in schema.sql's `dispatcher_append_event`, the one writer
+webhook's test, the SQL outbox) ends in functions.sql's `dispatcher_append_event`, the one writer
 of new events: it builds the envelope (`dispatcher_envelope`), stores the event and fans it
 out. (An expunge rewrites envelopes, with `dispatcher_envelope` too: store/expunge.py.) Its
 statements are in queries/events.sql."""
@@ -23,20 +23,20 @@ from dispatcher.store.idempotency import IDEMPOTENCY_WINDOW, check_replay
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
 from dispatcher.store.publish_batcher import PublishBatcher
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import EventRow, fetch_row
 
 
 class SQL(Queries, file="events.sql"):
-    append_event: str
-    append_events: str
-    lock_idempotency_key: str
-    lock_idempotency_keys: str
-    find_idempotent_event: str
-    find_idempotent_events: str
-    events_page: str
-    event: str
-    stored_payloads: str
+    append_event: Statement
+    append_events: Statement
+    lock_idempotency_key: Statement
+    lock_idempotency_keys: Statement
+    find_idempotent_event: Statement
+    find_idempotent_events: Statement
+    events_page: Statement
+    event: Statement
+    stored_payloads: Statement
 
 
 def _json(data: Mapping[str, Any]) -> str:
@@ -74,20 +74,21 @@ async def append_event(
     with tracing.publishing(source, event_type, event_id) as publication:
         # The function's two OUT parameters come back as one record.
         appended: tuple[str, int] = await conn.fetchval(
-            SQL.append_event,
-            event_id,
-            workspace_id,
-            event_type,
-            number_id,
-            source,
-            _json(data),
-            created_at,
-            idempotency_key,
-            fingerprint,
-            None if webhook_ids is None else list(webhook_ids),
-            publication.traceparent,
-            None,
-            ordering_key,
+            *SQL.append_event(
+                id=event_id,
+                workspace_id=workspace_id,
+                type=event_type,
+                number_id=number_id,
+                source=source,
+                data=_json(data),
+                created_at=created_at,
+                idempotency_key=idempotency_key,
+                fingerprint=fingerprint,
+                test_webhooks=None if webhook_ids is None else list(webhook_ids),
+                traceparent=publication.traceparent,
+                left_out=None,
+                ordering_key=ordering_key,
+            ),
         )
         payload, fanned = appended
         publication.fanned_out(fanned)
@@ -120,7 +121,7 @@ async def _append_many(
     created_at: datetime,
     event_ids: Sequence[str] | None = None,
 ) -> list[tuple[str, int]]:
-    """Store a batch of events and fan each out, in one statement (schema.sql's
+    """Store a batch of events and fan each out, in one statement (functions.sql's
     `dispatcher_append_events`; inside the caller's transaction, if it has one), under
     `event_ids` when the caller chose them. Returns each event's (payload, deliveries
     created), in the batch's order."""
@@ -129,19 +130,20 @@ async def _append_many(
     # One span for the batch (when tracing is on), stored with each of its events.
     with tracing.publishing(source, None, events=len(events)) as publication:
         rows = await conn.fetch(
-            SQL.append_events,
-            list(event_ids) if event_ids else [ids.new_id(ids.EVENT) for _ in events],
-            [event.workspace_id for event in events],
-            [event.event_type for event in events],
-            [event.number_id for event in events],
-            [_json(event.data) for event in events],
-            source,
-            created_at,
-            [event.idempotency_key for event in events],
-            [event.fingerprint for event in events],
-            publication.traceparent,
-            [event.excluded_webhook_id for event in events],
-            [event.ordering_key for event in events],
+            *SQL.append_events(
+                ids=list(event_ids) if event_ids else [ids.new_id(ids.EVENT) for _ in events],
+                workspace_ids=[event.workspace_id for event in events],
+                types=[event.event_type for event in events],
+                number_ids=[event.number_id for event in events],
+                data=[_json(event.data) for event in events],
+                source=source,
+                created_at=created_at,
+                idempotency_keys=[event.idempotency_key for event in events],
+                fingerprints=[event.fingerprint for event in events],
+                traceparent=publication.traceparent,
+                left_out=[event.excluded_webhook_id for event in events],
+                ordering_keys=[event.ordering_key for event in events],
+            ),
         )
         appended = [(row["event_payload"], row["event_fanned"]) for row in rows]
         fanned = sum(made for _, made in appended)
@@ -200,12 +202,17 @@ async def publish(
     try:
         async with session as conn:
             if idempotency_key is not None:
-                await conn.execute(SQL.lock_idempotency_key, workspace_id, idempotency_key)
+                await conn.execute(
+                    *SQL.lock_idempotency_key(
+                        workspace_id=workspace_id, idempotency_key=idempotency_key
+                    )
+                )
                 existing = await conn.fetchrow(
-                    SQL.find_idempotent_event,
-                    workspace_id,
-                    idempotency_key,
-                    now - IDEMPOTENCY_WINDOW,
+                    *SQL.find_idempotent_event(
+                        workspace_id=workspace_id,
+                        idempotency_key=idempotency_key,
+                        since=now - IDEMPOTENCY_WINDOW,
+                    ),
                 )
                 if existing is not None:
                     check_replay(existing["request_fingerprint"], fingerprint)
@@ -248,7 +255,7 @@ async def _settle(db: Database, exc: DatabaseUnavailable, event_ids: list[str]) 
     if isinstance(exc, OutcomeUnknown):
 
         async def look(conn: Connection) -> dict[str, str]:
-            rows = await conn.fetch(SQL.stored_payloads, event_ids)
+            rows = await conn.fetch(*SQL.stored_payloads(event_ids=event_ids))
             return {row["id"]: row["payload"] for row in rows}
 
         stored = await db.settle(exc, look)
@@ -316,9 +323,11 @@ async def publish_batch(
     try:
         async with session as conn:
             if keys:
-                await conn.execute(SQL.lock_idempotency_keys, workspace_id, keys)
+                await conn.execute(*SQL.lock_idempotency_keys(workspace_id=workspace_id, keys=keys))
                 found = await conn.fetch(
-                    SQL.find_idempotent_events, workspace_id, keys, now - IDEMPOTENCY_WINDOW
+                    *SQL.find_idempotent_events(
+                        workspace_id=workspace_id, keys=keys, since=now - IDEMPOTENCY_WINDOW
+                    )
                 )
                 first = {row["idempotency_key"]: row for row in found}
                 for item, event in enumerate(events):
@@ -371,4 +380,4 @@ async def list_page(
 
 
 async def get(db: Database, workspace_id: str, event_id: str) -> EventRow | None:
-    return await fetch_row(db, SQL.event, EventRow, workspace_id, event_id)
+    return await fetch_row(db, SQL.event(workspace_id=workspace_id, event_id=event_id), EventRow)

@@ -18,22 +18,22 @@ import orjson
 from dispatcher.domain import resources
 from dispatcher.domain.events import MESSAGE_EVENTS
 from dispatcher.store.database import Connection, Database
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import EventRow, MessageRow, fetch_row
 
 
 class SQL(Queries, file="expunge.sql"):
-    lock_content_to_expunge: str
-    lock_content_to_resend: str
-    erase_event: str
-    event_delivery_ids: str
-    lock_queued_deliveries: str
-    give_up_expunged: str
-    advance_lanes: str
-    erase_response_excerpts: str
-    erase_message_text: str
-    events_carrying: str
-    rewrite_event_data: str
+    lock_content_to_expunge: Statement
+    lock_content_to_resend: Statement
+    erase_event: Statement
+    event_delivery_ids: Statement
+    lock_queued_deliveries: Statement
+    give_up_expunged: Statement
+    advance_lanes: Statement
+    erase_response_excerpts: Statement
+    erase_message_text: Statement
+    events_carrying: Statement
+    rewrite_event_data: Statement
 
 
 async def hold_off_expunges(conn: Connection, workspace_id: str) -> None:
@@ -41,7 +41,7 @@ async def hold_off_expunges(conn: Connection, workspace_id: str) -> None:
     expunge in the workspace to end, and keep the next one waiting until this transaction
     ends. What it then reads of `events.expunged_at` stays true until it commits, and an
     expunge that follows sees every delivery it queued."""
-    await conn.execute(SQL.lock_content_to_resend, workspace_id)
+    await conn.execute(*SQL.lock_content_to_resend(workspace_id=workspace_id))
 
 
 async def event(db: Database, workspace_id: str, event_id: str, now: datetime) -> EventRow | None:
@@ -54,24 +54,30 @@ async def event(db: Database, workspace_id: str, event_id: str, now: datetime) -
     async with db.transaction() as conn:
         # No retry or recover of the workspace runs meanwhile: none can queue a delivery of
         # this event after its queued ones are read below, nor send it without seeing this.
-        await conn.execute(SQL.lock_content_to_expunge, workspace_id)
-        erased = await fetch_row(conn, SQL.erase_event, EventRow, workspace_id, event_id, now)
+        await conn.execute(*SQL.lock_content_to_expunge(workspace_id=workspace_id))
+        erased = await fetch_row(
+            conn, SQL.erase_event(workspace_id=workspace_id, event_id=event_id, now=now), EventRow
+        )
         if erased is None:
             return None
         delivery_ids = [
             row["id"]
             for row in await conn.fetch(
-                SQL.event_delivery_ids, erased.id, erased.created_at, workspace_id
+                *SQL.event_delivery_ids(
+                    event_id=erased.id, created_at=erased.created_at, workspace_id=workspace_id
+                )
             )
         ]
         # The queue rows first, then the history (the engine's order): an attempt being
         # recorded now finishes first, and its excerpt is erased below with the others.
-        queued = await conn.fetch(SQL.lock_queued_deliveries, delivery_ids)
+        queued = await conn.fetch(*SQL.lock_queued_deliveries(delivery_ids=delivery_ids))
         if queued:
             given_up = [row["delivery_id"] for row in queued]
-            await conn.execute(SQL.give_up_expunged, given_up)
-            await conn.execute(SQL.advance_lanes, given_up, now)
-        await conn.execute(SQL.erase_response_excerpts, delivery_ids, erased.created_at)
+            await conn.execute(*SQL.give_up_expunged(given_up=given_up))
+            await conn.execute(*SQL.advance_lanes(given_up=given_up, now=now))
+        await conn.execute(
+            *SQL.erase_response_excerpts(delivery_ids=delivery_ids, created_at=erased.created_at)
+        )
     return erased
 
 
@@ -88,16 +94,19 @@ async def message(
     """
     async with db.transaction() as conn:
         row = await fetch_row(
-            conn, SQL.erase_message_text, MessageRow, workspace_id, message_id, now
+            conn,
+            SQL.erase_message_text(workspace_id=workspace_id, message_id=message_id, now=now),
+            MessageRow,
         )
         if row is None:
             return None
         carrying = await conn.fetch(
-            SQL.events_carrying,
-            workspace_id,
-            message_id,
-            row.created_at,
-            sorted(MESSAGE_EVENTS),
+            *SQL.events_carrying(
+                workspace_id=workspace_id,
+                message_id=message_id,
+                created_at=row.created_at,
+                message_events=sorted(MESSAGE_EVENTS),
+            ),
         )
         # The data keeps its members and their order (orjson, as it was first written); the
         # envelope around it is rebuilt by the database, as always.
@@ -109,9 +118,10 @@ async def message(
         ]
         if rewritten:
             await conn.execute(
-                SQL.rewrite_event_data,
-                [carrier["id"] for carrier, _ in rewritten],
-                [carrier["created_at"] for carrier, _ in rewritten],
-                [data for _, data in rewritten],
+                *SQL.rewrite_event_data(
+                    event_ids=[carrier["id"] for carrier, _ in rewritten],
+                    created_at=[carrier["created_at"] for carrier, _ in rewritten],
+                    data=[data for _, data in rewritten],
+                ),
             )
     return row

@@ -15,7 +15,7 @@ from datetime import UTC, date, datetime, timedelta
 from dispatcher.domain.health import rollup_cutoffs
 from dispatcher.store import stats
 from dispatcher.store.database import Database
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 
 _LOCK_KEY = 0x64697372  # "disr"
 _PARTITION = re.compile(r"^deliveries_p(\d{8})$")
@@ -23,16 +23,16 @@ PARTITIONS_AHEAD_DAYS = 2
 
 
 class SQL(Queries, file="maintenance.sql"):
-    try_lock: str
-    ensure_partitions: str
-    advance_lanes: str
-    rows_in_default: str
-    delivery_partitions: str
-    bound_lock_waits: str
-    lock_day: str
-    day_has_pending: str
-    forget_queued: str
-    drop_day: str
+    try_lock: Statement
+    ensure_partitions: Statement
+    advance_lanes: Statement
+    rows_in_default: Statement
+    delivery_partitions: Statement
+    bound_lock_waits: Statement
+    lock_day: Statement
+    day_has_pending: Statement
+    forget_queued: Statement
+    drop_day: Statement
 
 
 @dataclass
@@ -50,17 +50,18 @@ async def run_maintenance(db: Database, now: datetime, retention_days: int) -> R
     report = Report()
     today = now.date()
     async with db.transaction() as conn:
-        if not await conn.fetchval(SQL.try_lock, _LOCK_KEY):
+        if not await conn.fetchval(*SQL.try_lock(key=_LOCK_KEY)):
             return report  # another replica is on it
         report.ran = True
         report.created = await conn.fetchval(
-            SQL.ensure_partitions,
-            today - timedelta(days=1),
-            today + timedelta(days=PARTITIONS_AHEAD_DAYS),
+            *SQL.ensure_partitions(
+                first_day=today - timedelta(days=1),
+                last_day=today + timedelta(days=PARTITIONS_AHEAD_DAYS),
+            ),
         )
-        report.lanes_advanced = await conn.fetchval(SQL.advance_lanes, now)
-        report.in_default = await conn.fetchval(SQL.rows_in_default)
-        names = await conn.fetch(SQL.delivery_partitions)
+        report.lanes_advanced = await conn.fetchval(*SQL.advance_lanes(now=now))
+        report.in_default = await conn.fetchval(*SQL.rows_in_default())
+        names = await conn.fetch(*SQL.delivery_partitions())
         report.rollups_deleted = await stats.forget_before(
             conn, rollup_cutoffs(now, retention_days)
         )
@@ -90,12 +91,12 @@ async def _drop_day(db: Database, suffix: str) -> bool:
     start = datetime(day.year, day.month, day.day, tzinfo=UTC)
     end = start + timedelta(days=1)
     async with db.transaction() as conn:
-        if not await conn.fetchval(SQL.try_lock, _LOCK_KEY):
+        if not await conn.fetchval(*SQL.try_lock(key=_LOCK_KEY)):
             return False
-        await conn.execute(SQL.bound_lock_waits)
-        await conn.execute(SQL.lock_day.format(day=suffix))
-        if await conn.fetchval(SQL.day_has_pending, start, end):
+        await conn.execute(*SQL.bound_lock_waits())
+        await conn.execute(SQL.lock_day.sql.format(day=suffix))
+        if await conn.fetchval(*SQL.day_has_pending(start=start, end=end)):
             return False
-        await conn.execute(SQL.forget_queued, start, end)
-        await conn.execute(SQL.drop_day.format(day=suffix))
+        await conn.execute(*SQL.forget_queued(start=start, end=end))
+        await conn.execute(SQL.drop_day.sql.format(day=suffix))
     return True

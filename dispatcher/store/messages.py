@@ -1,5 +1,5 @@
 """Messages and call records. Each is written with its conversation's update in one statement
-(the thread's upsert, conversations.sql's `touch`, as its first step), and an incoming one with
+(the thread's upsert as its first step), and an incoming one with
 its event in the same transaction, so an event exists exactly when the change it describes
 does. (A message's text is erased by store/expunge.py.) Statements in queries/messages.sql."""
 
@@ -14,44 +14,32 @@ from dispatcher.domain import ids, resources
 from dispatcher.domain.enums import CallStatus, ConversationItemKind, Direction, MessageStatus
 from dispatcher.domain.resources import MessageMedia
 from dispatcher.errors import DatabaseUnavailable, OutcomeUnknown
-from dispatcher.store import conversations
 from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.events import NewEvent, append_event, append_events
 from dispatcher.store.idempotency import IDEMPOTENCY_WINDOW, check_replay
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import CallRow, MessageRow, as_row, as_rows, fetch_row
 
 
 class SQL(Queries, file="messages.sql"):
-    create_outgoing: str
-    create_incoming: str
-    create_call: str
-    message: str
-    messages_page: str
-    claim_carrier_due: str
-    move_statuses: str
-    lock_idempotency_key: str
-    find_idempotent_message: str
-
-
-def _after_touch(rest: str) -> str:
-    """One statement: the conversation's update first (its parameters $1 to $7), as the CTE
-    `conversation` that `rest` reads."""
-    return f"WITH conversation AS (\n{conversations.SQL.touch}\n)\n{rest}"
-
-
-CREATE_OUTGOING = _after_touch(SQL.create_outgoing)
-CREATE_INCOMING = _after_touch(SQL.create_incoming)
-CREATE_CALL = _after_touch(SQL.create_call)
+    create_outgoing: Statement
+    create_incoming: Statement
+    create_call: Statement
+    message: Statement
+    messages_page: Statement
+    claim_carrier_due: Statement
+    move_statuses: Statement
+    lock_idempotency_key: Statement
+    find_idempotent_message: Statement
 
 
 # A conversation's item: a message or a call record.
 ItemT = TypeVar("ItemT", MessageRow, CallRow)
 
-# The touch's parameters, $1 to $7 (conversations.sql).
-Touch = tuple[str, str, str, str, datetime, ConversationItemKind, bool]
+# The conversation's parameters of a `create_` statement (messages.sql).
+Touch = dict[str, Any]
 
 
 def _touch(
@@ -63,25 +51,36 @@ def _touch(
     *,
     incoming: bool,
 ) -> Touch:
-    """The touch's parameters, $1 to $7 (conversations.sql)."""
-    return (ids.new_id(ids.CONVERSATION), workspace_id, number_id, contact, at, kind, incoming)
+    """The conversation's parameters of a `create_` statement (messages.sql)."""
+    return {
+        "conversation_id": ids.new_id(ids.CONVERSATION),
+        "workspace_id": workspace_id,
+        "number_id": number_id,
+        "contact": contact,
+        "now": at,
+        "kind": kind,
+        "incoming": incoming,
+    }
 
 
 async def _create(
-    conn: Connection, row_type: type[ItemT], statement: str, touch: Touch, item: Sequence[Any]
+    conn: Connection,
+    row_type: type[ItemT],
+    statement: Statement,
+    touch: Touch,
+    item: Mapping[str, Any],
 ) -> ItemT:
     """An item and its conversation's update, in one statement (`statement`, one of the
-    `CREATE_` ones): the touch's parameters, then the item's ($8: its new id, then its
-    columns, as the statement numbers them)."""
-    return as_row(row_type, await fetch_one(conn, statement, *touch, *item))
+    `create_` ones): the conversation's parameters, then the item's."""
+    return as_row(row_type, await fetch_one(conn, statement(**touch, **item)))
 
 
 async def _create_with_event(
     db: Database,
     row_type: type[ItemT],
-    statement: str,
+    statement: Statement,
     touch: Touch,
-    item: Sequence[Any],
+    item: Mapping[str, Any],
     event_type: str,
     resource: Callable[[ItemT], Mapping[str, Any]],
     now: datetime,
@@ -131,22 +130,41 @@ async def create_outgoing(
         workspace_id, number_id, to_number, now, ConversationItemKind.SMS_MESSAGE, incoming=False
     )
     message_id = ids.new_id(ids.MESSAGE)  # chosen here: looked for if the commit's answer is lost
-    item = (message_id, from_number, text, carrier_due_at, idempotency_key, fingerprint)
+    item = {
+        "id": message_id,
+        "from_number": from_number,
+        "text": text,
+        "carrier_due_at": carrier_due_at,
+        "idempotency_key": idempotency_key,
+        "fingerprint": fingerprint,
+    }
     try:
         if idempotency_key is None:
             async with db.acquire(commits=True) as conn:
-                return await _create(conn, MessageRow, CREATE_OUTGOING, touch, item), True
+                return await _create(conn, MessageRow, SQL.create_outgoing, touch, item), True
         async with db.transaction() as conn:
-            await conn.execute(SQL.lock_idempotency_key, workspace_id, idempotency_key)
+            await conn.execute(
+                *SQL.lock_idempotency_key(
+                    workspace_id=workspace_id, idempotency_key=idempotency_key
+                )
+            )
             existing = await conn.fetchrow(
-                SQL.find_idempotent_message, workspace_id, idempotency_key, now - IDEMPOTENCY_WINDOW
+                *SQL.find_idempotent_message(
+                    workspace_id=workspace_id,
+                    idempotency_key=idempotency_key,
+                    since=now - IDEMPOTENCY_WINDOW,
+                )
             )
             if existing is not None:
                 check_replay(existing["request_fingerprint"], fingerprint)
-                first = await fetch_row(conn, SQL.message, MessageRow, workspace_id, existing["id"])
+                first = await fetch_row(
+                    conn,
+                    SQL.message(workspace_id=workspace_id, message_id=existing["id"]),
+                    MessageRow,
+                )
                 if first is not None:
                     return first, False
-            return await _create(conn, MessageRow, CREATE_OUTGOING, touch, item), True
+            return await _create(conn, MessageRow, SQL.create_outgoing, touch, item), True
     except DatabaseUnavailable as exc:
         return await _settle(db, exc, workspace_id, message_id), True
 
@@ -161,7 +179,9 @@ async def _settle(
     if isinstance(exc, OutcomeUnknown):
 
         async def look(conn: Connection) -> MessageRow | None:
-            return await fetch_row(conn, SQL.message, MessageRow, workspace_id, message_id)
+            return await fetch_row(
+                conn, SQL.message(workspace_id=workspace_id, message_id=message_id), MessageRow
+            )
 
         stored = await db.settle(exc, look)
         if stored is not None:
@@ -183,9 +203,9 @@ async def create_incoming(
     touch = _touch(
         workspace_id, number_id, from_number, now, ConversationItemKind.SMS_MESSAGE, incoming=True
     )
-    item = (ids.new_id(ids.MESSAGE), to_number, text, media)
+    item = {"id": ids.new_id(ids.MESSAGE), "to_number": to_number, "text": text, "media": media}
     return await _create_with_event(
-        db, MessageRow, CREATE_INCOMING, touch, item, "message.received", resources.message, now
+        db, MessageRow, SQL.create_incoming, touch, item, "message.received", resources.message, now
     )
 
 
@@ -207,14 +227,23 @@ async def create_call(
     touch = _touch(
         workspace_id, number_id, contact, now, ConversationItemKind.CALL_LOG, incoming=incoming
     )
-    item = (ids.new_id(ids.CALL), direction, from_number, to_number, status, duration_seconds)
+    item = {
+        "id": ids.new_id(ids.CALL),
+        "direction": direction,
+        "from_number": from_number,
+        "to_number": to_number,
+        "status": status,
+        "duration_seconds": duration_seconds,
+    }
     return await _create_with_event(
-        db, CallRow, CREATE_CALL, touch, item, event_type, resources.call, now
+        db, CallRow, SQL.create_call, touch, item, event_type, resources.call, now
     )
 
 
 async def get(db: Database, workspace_id: str, message_id: str) -> MessageRow | None:
-    return await fetch_row(db, SQL.message, MessageRow, workspace_id, message_id)
+    return await fetch_row(
+        db, SQL.message(workspace_id=workspace_id, message_id=message_id), MessageRow
+    )
 
 
 async def list_page(
@@ -239,7 +268,7 @@ async def list_page(
 
 async def claim_carrier_due(conn: Connection, now: datetime, limit: int) -> list[MessageRow]:
     """Outgoing messages the carrier should move along now (inside the caller's transaction)."""
-    return as_rows(MessageRow, await conn.fetch(SQL.claim_carrier_due, now, limit))
+    return as_rows(MessageRow, await conn.fetch(*SQL.claim_carrier_due(now=now, limit=limit)))
 
 
 @dataclass(frozen=True)
@@ -259,11 +288,12 @@ async def move_statuses(conn: Connection, moves: Sequence[CarrierMove], *, now: 
     if not moves:
         return 0
     moved = await conn.fetch(
-        SQL.move_statuses,
-        [move.message_id for move in moves],
-        [move.status for move in moves],
-        [move.carrier_due_at for move in moves],
-        now,
+        *SQL.move_statuses(
+            message_ids=[move.message_id for move in moves],
+            statuses=[move.status for move in moves],
+            due_at=[move.carrier_due_at for move in moves],
+            now=now,
+        ),
     )
     rows = as_rows(MessageRow, moved)
     event_types = {move.message_id: move.event_type for move in moves}

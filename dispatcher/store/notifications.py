@@ -95,7 +95,9 @@ class Listener:
         """Take POLLER_LOCK if nobody holds it; whether this session holds it now."""
         if not self.leading:
             held = await self.use(
-                lambda conn: conn.fetchval(SQL.try_lead, POLLER_LOCK, timeout=STATEMENT_TIMEOUT)
+                lambda conn: conn.fetchval(
+                    *SQL.try_lead(key=POLLER_LOCK), timeout=STATEMENT_TIMEOUT
+                )
             )
             self.leading = bool(held)
         return self.leading
@@ -103,7 +105,7 @@ class Listener:
     async def announce(self) -> None:
         """Wake every engine (this one too): the poller found due work."""
         await self.use(
-            lambda conn: conn.execute(SQL.notify, self.channel, timeout=STATEMENT_TIMEOUT)
+            lambda conn: conn.execute(*SQL.notify(channel=self.channel), timeout=STATEMENT_TIMEOUT)
         )
 
     async def _watch(self, lost: asyncio.Event) -> None:
@@ -114,7 +116,7 @@ class Listener:
             except TimeoutError:
                 try:
                     await self.use(
-                        lambda conn: conn.fetchval(SQL.keepalive, timeout=STATEMENT_TIMEOUT)
+                        lambda conn: conn.fetchval(*SQL.keepalive(), timeout=STATEMENT_TIMEOUT)
                     )
                 except DispatcherError as exc:
                     raise TimeoutError from exc

@@ -15,13 +15,13 @@ import orjson
 from dispatcher import metrics
 from dispatcher.domain.operational import Operational, for_operator
 from dispatcher.store.database import Connection
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 
 SOURCE = "service"  # events.source of what the service publishes about itself
 
 
 class SQL(Queries, file="operational.sql"):
-    publish: str
+    publish: Statement
 
 
 async def publish(conn: Connection, events: Sequence[Operational], now: datetime) -> int:
@@ -30,13 +30,14 @@ async def publish(conn: Connection, events: Sequence[Operational], now: datetime
     if not events:
         return 0
     fanned: int = await conn.fetchval(
-        SQL.publish,
-        now,
-        [event.workspace_id for event in events],
-        [event.event_type for event in events],
-        [orjson.dumps(event.data).decode() for event in events],
-        [event.about for event in events],
-        [orjson.dumps(for_operator(event)).decode() for event in events],
+        *SQL.publish(
+            now=now,
+            workspace_ids=[event.workspace_id for event in events],
+            types=[event.event_type for event in events],
+            data=[orjson.dumps(event.data).decode() for event in events],
+            about=[event.about for event in events],
+            operator_data=[orjson.dumps(for_operator(event)).decode() for event in events],
+        ),
     )
     for event in events:
         metrics.EVENTS_PUBLISHED.labels(SOURCE, event.event_type).inc()

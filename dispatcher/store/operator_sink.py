@@ -15,15 +15,15 @@ from dispatcher.domain import ids
 from dispatcher.domain.events import OPERATIONAL_TYPES
 from dispatcher.store import webhooks
 from dispatcher.store.database import Database
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 
 
 class SQL(Queries, file="operator_sink.sql"):
-    lock_sink: str
-    sink: str
-    insert_sink_workspace: str
-    insert_sink_webhook: str
-    update_sink_webhook: str
+    lock_sink: Statement
+    sink: Statement
+    insert_sink_workspace: Statement
+    insert_sink_webhook: Statement
+    update_sink_webhook: Statement
 
 
 async def configure(db: Database, url: str | None, secret: str | None, now: datetime) -> None:
@@ -34,25 +34,30 @@ async def configure(db: Database, url: str | None, secret: str | None, now: date
     events = sorted(OPERATIONAL_TYPES)
     retired: tuple[str, str] | None = None
     async with db.transaction() as conn:
-        await conn.execute(SQL.lock_sink)
-        row = await conn.fetchrow(SQL.sink)
+        await conn.execute(*SQL.lock_sink())
+        row = await conn.fetchrow(*SQL.sink())
         if url is None or secret is None:
             if row is not None and row["webhook_id"] is not None:
                 retired = (row["workspace_id"], row["webhook_id"])
         elif row is None or row["webhook_id"] is None:
             workspace_id = ids.new_id(ids.WORKSPACE) if row is None else row["workspace_id"]
             if row is None:
-                await conn.execute(SQL.insert_sink_workspace, workspace_id)
+                await conn.execute(*SQL.insert_sink_workspace(workspace_id=workspace_id))
             await conn.execute(
-                SQL.insert_sink_webhook,
-                ids.new_id(ids.WEBHOOK),
-                workspace_id,
-                url,
-                events,
-                secret,
-                now,
+                *SQL.insert_sink_webhook(
+                    id=ids.new_id(ids.WEBHOOK),
+                    workspace_id=workspace_id,
+                    url=url,
+                    events=events,
+                    secret=secret,
+                    now=now,
+                ),
             )
         else:
-            await conn.execute(SQL.update_sink_webhook, row["webhook_id"], url, secret, events)
+            await conn.execute(
+                *SQL.update_sink_webhook(
+                    id=row["webhook_id"], url=url, secret=secret, events=events
+                )
+            )
     if retired is not None:
         await webhooks.delete(db, retired[0], retired[1], now)

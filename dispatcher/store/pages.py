@@ -19,6 +19,7 @@ from typing import Any, Generic
 
 from dispatcher.errors import Overloaded
 from dispatcher.store.database import Connection, Database
+from dispatcher.store.queries import Statement
 from dispatcher.store.rows import RowT, as_rows
 
 Position = tuple[datetime, str]
@@ -73,7 +74,7 @@ class Filters:
 
 async def fetch_page(
     db: Database | Connection,
-    select: str,
+    select: Statement | str,
     row_type: type[RowT],
     filters: Filters,
     limit: int,
@@ -81,7 +82,8 @@ async def fetch_page(
 ) -> Page[RowT]:
     """One page of `select`'s rows as `row_type`s (its columns must include `created_at` and
     `id`, the page position), read on a connection of its own or, given one, on the caller's
-    (a list that reads something else first)."""
+    (a list that reads something else first). A page statement (`-- name: ..._page`) has no
+    parameters of its own but those its caller put first in `filters.args`, in its order."""
     if isinstance(db, Database):
         async with db.acquire() as conn:
             return await fetch_page(conn, select, row_type, filters, limit, after)
@@ -89,6 +91,8 @@ async def fetch_page(
     if after is not None:
         filters.add(f"({created_at}, {row_id}) < ({{}}, {{}})", after[0], after[1])
     where = " AND ".join(filters.conditions) or "TRUE"
+    if isinstance(select, Statement):
+        select = select.sql
     sql = f"{select} WHERE {where} ORDER BY {created_at} DESC, {row_id} DESC LIMIT {int(limit) + 1}"
     try:
         records = await db.fetch(sql, *filters.args, timeout=PAGE_TIMEOUT)

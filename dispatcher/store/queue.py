@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import NamedTuple, TypeAlias
+from typing import Any, NamedTuple
 
 from dispatcher.domain import outcomes
 from dispatcher.domain.enums import DeliveryStatus, DisabledReason
@@ -45,35 +45,35 @@ from dispatcher.domain.outcomes import (
 from dispatcher.domain.signing import signing_secrets
 from dispatcher.store import operational, stats, webhooks
 from dispatcher.store.database import Connection, Database, Record
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 
 
 class SQL(Queries, file="queue.sql"):
-    index_walks_only: str
-    lease_unflushed: str
-    claim: str
-    trim_serialised: str
-    record: str
-    update_failure_clocks: str
-    lock_webhooks: str
-    read_failure_clocks: str
-    advance_lanes: str
-    release: str
-    beat: str
-    take_over_lock_wait: str
-    take_over: str
-    forget_engine: str
-    release_held: str
-    release_unheld: str
-    due_summary: str
-    held_summary: str
-    any_due: str
-    watch_due: str
+    index_walks_only: Statement
+    claim_settings: Statement
+    claim: Statement
+    trim_serialised: Statement
+    record: Statement
+    update_failure_clocks: Statement
+    lock_webhooks: Statement
+    read_failure_clocks: Statement
+    advance_lanes: Statement
+    release: Statement
+    beat: Statement
+    take_over_lock_wait: Statement
+    take_over: Statement
+    forget_engine: Statement
+    release_held: Statement
+    release_unheld: Statement
+    due_summary: Statement
+    held_summary: Statement
+    any_due: Statement
+    watch_due: Statement
 
 
 # tests/scale/test_hot_path.py EXPLAINs the claim under these names.
-INDEX_WALKS_ONLY = SQL.index_walks_only
-CLAIM = SQL.claim
+INDEX_WALKS_ONLY = SQL.index_walks_only.sql
+CLAIM = SQL.claim.sql
 
 
 class Claimed(NamedTuple):
@@ -145,17 +145,18 @@ async def claim(
     done = finishing or {}
     visits = max(limit, RING_VISITS)
     async with db.transaction() as conn:
-        await conn.execute(f"{SQL.index_walks_only};\n{SQL.lease_unflushed}")  # one round trip
+        await conn.execute(*SQL.claim_settings())  # one round trip
         rows = await conn.fetch(
-            SQL.claim,
-            now,
-            owner,
-            limit,
-            default_concurrency,
-            list(done),
-            list(done.values()),
-            ring.cursor,
-            visits,
+            *SQL.claim(
+                now=now,
+                owner=owner,
+                limit=limit,
+                default_concurrency=default_concurrency,
+                done_endpoints=list(done),
+                done_counts=list(done.values()),
+                cursor=ring.cursor,
+                visits=visits,
+            ),
         )
         leased = [row for row in rows if row["delivery_id"] is not None]
         serialised = [row for row in leased if row["serialised"]]
@@ -164,13 +165,14 @@ async def claim(
         handed_back: set[str] = set()
         if serialised:
             trimmed = await conn.fetch(
-                SQL.trim_serialised,
-                owner,
-                [row["delivery_id"] for row in serialised],
-                [row["due_at"] for row in serialised],
-                list(done),
-                list(done.values()),
-                default_concurrency,
+                *SQL.trim_serialised(
+                    owner=owner,
+                    delivery_ids=[row["delivery_id"] for row in serialised],
+                    due_at=[row["due_at"] for row in serialised],
+                    done_endpoints=list(done),
+                    done_counts=list(done.values()),
+                    default_concurrency=default_concurrency,
+                ),
             )
             handed_back = {row["delivery_id"] for row in trimmed}
     claimed = [_claimed(row, now) for row in leased if row["delivery_id"] not in handed_back]
@@ -240,8 +242,8 @@ async def record(
         return Recorded([], {})
     columns = _record_columns(results)
     async with db.transaction() as conn:
-        await conn.execute(SQL.index_walks_only)
-        rows = await conn.fetch(SQL.record, *columns[:8], owner, *columns[8:])
+        await conn.execute(*SQL.index_walks_only())
+        rows = await conn.fetch(*SQL.record(**columns, owner=owner))
         failed = {row["id"] for row in rows if row["status"] == DeliveryStatus.FAILED}
         pending = {row["id"] for row in rows if row["status"] == DeliveryStatus.PENDING}
         written = {row["id"]: row for row in rows}
@@ -259,7 +261,7 @@ async def record(
             # Several statements write webhooks rows below: every row first, in id order.
             ids = {webhook_id for webhook_id, _ in clocks}
             ids.update(to_disable.gone, to_disable.maybe_failing)
-            await conn.execute(SQL.lock_webhooks, sorted(ids))
+            await conn.execute(*SQL.lock_webhooks(ids=sorted(ids)))
         await _update_failure_clocks(conn, clocks)
         disabled = await _disable_endpoints(conn, to_disable, now, timedelta(seconds=disable_after))
         given_up = [(r, _why_given_up(r, written[r.id]["stop"])) for r in applied if r.id in failed]
@@ -280,24 +282,9 @@ def _why_given_up(result: AttemptResult, stop: str | None) -> GiveUpReason:
     return GiveUpReason.EXPUNGED if stop == GiveUpReason.EXPUNGED else GiveUpReason.DISABLED
 
 
-_RecordColumns: TypeAlias = tuple[
-    list[str],
-    list[str],
-    list[int | None],
-    list[int],
-    list[str | None],
-    list[datetime | None],
-    list[datetime | None],
-    list[int],
-    list[datetime],
-    list[str],
-    list[str | None],
-]
-
-
-def _record_columns(results: Sequence[AttemptResult]) -> _RecordColumns:
-    """The record statement's arrays ($1..$8, $10..$12): each decision as the columns that
-    store it, and the attempt as the log keeps it."""
+def _record_columns(results: Sequence[AttemptResult]) -> dict[str, list[Any]]:
+    """The record statement's arrays, by name: each decision as the columns that store it,
+    and the attempt as the log keeps it."""
     ids: list[str] = []
     statuses: list[str] = []
     codes: list[int | None] = []
@@ -322,19 +309,19 @@ def _record_columns(results: Sequence[AttemptResult]) -> _RecordColumns:
         started.append(r.started_at)
         kinds.append(r.outcome)
         bodies.append(r.response_body)
-    return (
-        ids,
-        statuses,
-        codes,
-        durations,
-        errors,
-        delivered_at,
-        next_attempt_at,
-        attempts_before,
-        started,
-        kinds,
-        bodies,
-    )
+    return {
+        "ids": ids,
+        "statuses": statuses,
+        "response_statuses": codes,
+        "response_ms": durations,
+        "last_errors": errors,
+        "delivered_at": delivered_at,
+        "next_attempt_at": next_attempt_at,
+        "attempts_before": attempts_before,
+        "started_at": started,
+        "outcomes": kinds,
+        "response_bodies": bodies,
+    }
 
 
 async def _tell_workspaces(
@@ -371,10 +358,10 @@ async def _tell_workspaces(
 
 
 async def _advance_lanes(conn: Connection, settled_heads: Sequence[str], now: datetime) -> None:
-    """Give the lanes these settled heads led their next head, due now (schema.sql,
+    """Give the lanes these settled heads led their next head, due now (functions.sql,
     dispatcher_advance_lanes): one statement, and none when the batch settled no lane's head."""
     if settled_heads:
-        await conn.execute(SQL.advance_lanes, list(settled_heads), now)
+        await conn.execute(*SQL.advance_lanes(settled_heads=list(settled_heads), now=now))
 
 
 async def _update_failure_clocks(
@@ -384,10 +371,11 @@ async def _update_failure_clocks(
     engines updating the same endpoints lock their rows in one order) in one statement."""
     if changes:
         await conn.execute(
-            SQL.update_failure_clocks,
-            [webhook_id for webhook_id, _ in changes],
-            [c.reset for _, c in changes],
-            [c.failing_from for _, c in changes],
+            *SQL.update_failure_clocks(
+                webhook_ids=[webhook_id for webhook_id, _ in changes],
+                resets=[c.reset for _, c in changes],
+                failing_since=[c.failing_from for _, c in changes],
+            ),
         )
 
 
@@ -402,7 +390,7 @@ async def _disable_endpoints(
         for webhook_id in await webhooks.disable(conn, to_disable.gone, DisabledReason.GONE, now):
             disabled[webhook_id] = DisabledReason.GONE
     if to_disable.maybe_failing:
-        clocks = await conn.fetch(SQL.read_failure_clocks, to_disable.maybe_failing)
+        clocks = await conn.fetch(*SQL.read_failure_clocks(maybe_failing=to_disable.maybe_failing))
         failing = [
             row["id"]
             for row in clocks
@@ -419,7 +407,9 @@ async def release(db: Database, *, owner: str, delivery_ids: Sequence[str], now:
     if not delivery_ids:
         return 0
     async with db.acquire() as conn:
-        result: str = await conn.execute(SQL.release, list(delivery_ids), owner, now)
+        result: str = await conn.execute(
+            *SQL.release(delivery_ids=list(delivery_ids), owner=owner, now=now)
+        )
     return int(result.split()[-1])
 
 
@@ -428,7 +418,7 @@ async def release_unheld(db: Database, *, owner: str, held: Collection[str], now
     no result of to write): leases from a claim whose answer was lost. Due at once. Call it
     between claims, never during one (its rows would be handed back as they are taken)."""
     async with db.acquire() as conn:
-        result: str = await conn.execute(SQL.release_unheld, owner, list(held), now)
+        result: str = await conn.execute(*SQL.release_unheld(owner=owner, held=list(held), now=now))
     return int(result.split()[-1])
 
 
@@ -436,7 +426,7 @@ async def beat(db: Database, *, owner: str) -> bool:
     """Say this engine is alive; True when it was not (or no longer) known as alive. One
     short statement on the engine's own row: it never waits for another engine's locks."""
     async with db.acquire() as conn:
-        return bool(await conn.fetchval(SQL.beat, owner))
+        return bool(await conn.fetchval(*SQL.beat(owner=owner)))
 
 
 class TakeOver(NamedTuple):
@@ -452,8 +442,8 @@ async def take_over(db: Database, *, dead_after: float, now: datetime) -> TakeOv
     transaction are skipped, never waited for (a later beat gets them): a stalled engine's
     transaction cannot hold up a live engine's heartbeat."""
     async with db.transaction() as conn:
-        await conn.execute(SQL.take_over_lock_wait)
-        rows = await conn.fetch(SQL.take_over, dead_after, now)
+        await conn.execute(*SQL.take_over_lock_wait())
+        rows = await conn.fetch(*SQL.take_over(dead_after=dead_after, now=now))
     owners = dict(sorted(Counter(row["owner"] for row in rows).items()))
     return TakeOver(len(rows), owners)
 
@@ -462,8 +452,8 @@ async def leave(db: Database, *, owner: str, now: datetime) -> int:
     """At the end of a clean stop: forget this engine and hand back whatever it still holds
     (results that could not be written): due at once, sent again with the same id."""
     async with db.transaction() as conn:
-        await conn.execute(SQL.forget_engine, owner)
-        result: str = await conn.execute(SQL.release_held, owner, now)
+        await conn.execute(*SQL.forget_engine(owner=owner))
+        result: str = await conn.execute(*SQL.release_held(owner=owner, now=now))
     return int(result.split()[-1])
 
 
@@ -474,7 +464,7 @@ async def due_summary(db: Database, now: datetime) -> tuple[int, float]:
     """(deliveries due now, age in seconds of the oldest due one), through the due index,
     counted up to DUE_COUNT_CAP so that a huge backlog stays cheap to gauge."""
     async with db.acquire() as conn:
-        row = await conn.fetchrow(SQL.due_summary, now, DUE_COUNT_CAP)
+        row = await conn.fetchrow(*SQL.due_summary(now=now, cap=DUE_COUNT_CAP))
     assert row is not None
     oldest = row["oldest"]
     return int(row["n"]), 0.0 if oldest is None else max((now - oldest).total_seconds(), 0.0)
@@ -497,7 +487,12 @@ async def held_summary(db: Database, now: datetime, default_concurrency: int) ->
     queued rows, up to HELD_ENDPOINTS_CAP endpoints, and up to DUE_COUNT_CAP rows each."""
     async with db.acquire() as conn:
         found = await conn.fetch(
-            SQL.held_summary, now, HELD_ENDPOINTS_CAP, default_concurrency, DUE_COUNT_CAP
+            *SQL.held_summary(
+                now=now,
+                endpoints_cap=HELD_ENDPOINTS_CAP,
+                default_concurrency=default_concurrency,
+                due_cap=DUE_COUNT_CAP,
+            )
         )
     rows = {reason: 0 for reason in ("rate_limit", "concurrency", "fifo")}
     oldest_unclaimed = 0.0
@@ -515,7 +510,7 @@ async def any_due(db: Database, now: datetime) -> bool:
     """A cheap probe (one index entry): is anything due? An idle engine asks it often, so
     that a delivery made due by any door, even the SQL outbox, starts within milliseconds."""
     async with db.acquire() as conn:
-        return bool(await conn.fetchval(SQL.any_due, now))
+        return bool(await conn.fetchval(*SQL.any_due(now=now)))
 
 
 # How many of the newest due rows the poller's probe counts (its cost with a backlog).
@@ -554,8 +549,15 @@ async def watch_due(
     the engine's clock is from the database's (a test's clock)."""
     due, newest = (None, None) if seen is None else seen
     row = await conn.fetchrow(
-        SQL.watch_due, due, newest, skew, probe_seconds, for_seconds, DUE_MARK_CAP,
+        *SQL.watch_due(
+            due=due,
+            newest=newest,
+            skew=skew,
+            probe_seconds=probe_seconds,
+            for_seconds=for_seconds,
+            cap=DUE_MARK_CAP,
+        ),
         timeout=for_seconds + 5.0,
-    )  # fmt: skip
+    )
     assert row is not None
     return DueMark(int(row["due"]), row["newest"])

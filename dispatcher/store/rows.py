@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, TypeVar
 from dispatcher.domain.resources import CallRow as CallRow
 from dispatcher.domain.resources import MessageRow as MessageRow
 from dispatcher.store.database import Connection, Database, Record, StoreError
+from dispatcher.store.queries import Bound
 
 # Any row type (each is a NamedTuple: its `_fields` are the columns it is made from).
 RowT = TypeVar("RowT", bound=NamedTuple)
@@ -174,12 +175,14 @@ def as_rows(row_type: type[RowT], records: Sequence[Record]) -> list[RowT]:
 
 
 async def fetch_row(
-    db: Database | Connection, sql: str, row_type: type[RowT], *args: Any
+    db: Database | Connection, sql: Bound | str, row_type: type[RowT], *args: Any
 ) -> RowT | None:
     """The row `sql` finds (or returns), as a `row_type`; None when there is none. Read on a
-    connection of its own or, given one, on the caller's (inside its transaction)."""
+    connection of its own or, given one, on the caller's (inside its transaction). `sql` is a
+    statement with its values (`SQL.name(...)`), or, for a file still numbering its
+    parameters, the text and `args`."""
     if isinstance(db, Database):
         async with db.acquire() as conn:
             return await fetch_row(conn, sql, row_type, *args)
-    record = await db.fetchrow(sql, *args)
+    record = await db.fetchrow(*sql) if isinstance(sql, Bound) else await db.fetchrow(sql, *args)
     return None if record is None else as_row(row_type, record)

@@ -1,23 +1,30 @@
 """The database's schema version, and the runner that brings a database to it.
 
-Two descriptions of the same database, kept in agreement by tests:
+Three files describe the same database, kept in agreement by tests:
 
-- `schema.sql` is the whole database at the latest version. A database without
-  `dispatcher_schema` is made from it in one transaction; it records its own version at the
+- `schema.sql` is the whole database at the latest version, its functions excepted. A
+  database without `dispatcher_schema` is made from it; it records its own version at the
   bottom (`INSERT INTO dispatcher_schema (version) VALUES (N)`).
 - `dispatcher/store/migrations/NNNN_short_name.sql` takes a database from version NNNN - 1 to
-  NNNN. Version 1 is the first release's schema.sql, so migrations start at 0002; their
-  numbers run without a gap up to schema.sql's version.
+  NNNN: its tables, columns, indexes, triggers and data. Version 1 is the first release's
+  schema.sql, so migrations start at 0002; their numbers run without a gap up to schema.sql's
+  version.
+- `dispatcher/store/functions.sql` holds every function, as the latest version has them: a
+  repeatable file (Flyway's pattern), applied by every upgrade, so a migration never restates
+  a function and a function is changed in place.
 
-The runner applies what a database lacks, each migration once, in order, in a transaction of
-its own (a failure leaves the database at the last version that committed, never half-way),
-and records the version with its time in the same transaction. Every step holds a
-transaction-scoped advisory lock and reads the version again under it, so replicas starting
-together serialise: each step is applied once, by whichever holds the lock, and the others
-then find nothing to do (a transaction-scoped lock also works through a pooler in
-transaction mode; between steps, runs may take turns). A database at a version this code
-does not know (a newer release migrated it) is refused: code must not run against a schema it
-does not know; see docs/operations.md for upgrades and rollbacks.
+The runner applies what a database lacks in ONE transaction: functions.sql with its bodies
+unchecked (so that schema.sql and the migrations may use a function: a trigger, a generated
+column, a default), then schema.sql (a fresh database) or each migration the database lacks,
+in order, each recorded with its time, then functions.sql again, checked against the schema
+now there. A failure leaves the database as it was, never half-way; an application's outbox
+transaction sees the schema and the functions of one version, the old or the new, never a mix
+(docs/operations.md, "Functions"). The transaction holds a transaction-scoped advisory lock
+and reads the version under it, so replicas starting together serialise: the upgrade is
+applied once, by whichever holds the lock, and the others then find nothing to do (a
+transaction-scoped lock also works through a pooler in transaction mode). A database at a
+version this code does not know (a newer release migrated it) is refused: code must not run
+against a schema it does not know; see docs/operations.md for upgrades and rollbacks.
 """
 
 from __future__ import annotations
@@ -45,17 +52,19 @@ from dispatcher.store.database import (
     terminate,
     translate,
 )
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 
 log = structlog.get_logger("dispatcher.schema")
 
 
 class SQL(Queries, file="schema_versions.sql"):
-    lock_schema: str
-    bound_lock_waits: str
-    record_version: str
-    has_versions: str
-    version: str
+    lock_schema: Statement
+    bound_lock_waits: Statement
+    lock_tables: Statement
+    check_function_bodies: Statement
+    record_version: Statement
+    has_versions: Statement
+    version: Statement
 
 
 _LOCK_KEY = 0x64697370  # "disp"
@@ -90,11 +99,13 @@ class Migration:
 
 @dataclass(frozen=True)
 class Schema:
-    """What this release knows: schema.sql, the version it records, the migrations."""
+    """What this release knows: schema.sql, the version it records, the migrations, and the
+    functions (functions.sql; empty: none, a test's release without functions)."""
 
     sql: str
     version: int
     migrations: tuple[Migration, ...]
+    functions: str = ""
 
     @property
     def latest(self) -> int:
@@ -138,6 +149,11 @@ def schema_path() -> Path:
     raise FileNotFoundError("schema.sql not found in " + ", ".join(map(str, candidates)))
 
 
+def functions_sql() -> str:
+    """functions.sql, in a checkout or an installed wheel alike."""
+    return resources.files("dispatcher.store").joinpath("functions.sql").read_text()
+
+
 def migrations_dir() -> Traversable:
     """The migrations package's folder, in a checkout or an installed wheel alike."""
     return resources.files("dispatcher.store.migrations")
@@ -177,7 +193,12 @@ def load_migrations(directory: Traversable | None = None) -> tuple[Migration, ..
 def load() -> Schema:
     """This release's schema.sql and migrations, as installed."""
     sql = schema_path().read_text()
-    return Schema(sql=sql, version=recorded_version(sql), migrations=load_migrations())
+    return Schema(
+        sql=sql,
+        version=recorded_version(sql),
+        migrations=load_migrations(),
+        functions=functions_sql(),
+    )
 
 
 def _latest_version() -> int:
@@ -217,16 +238,7 @@ async def upgrade(
     # Named, so that pg_stat_activity shows what is waiting or holding a lock during an upgrade.
     conn = await connect(db.url, server_settings={"application_name": APPLICATION_NAME})
     try:
-        before: int | None = None
-        applied: list[str] = []
-        for step in range(len(schema.migrations) + 2):
-            found, done = await _step(conn, schema, lock_timeout, lock_attempts, retry_pause)
-            if step == 0:
-                before = found
-            if done is None:
-                return Upgrade(before, schema.latest, tuple(applied))
-            applied.append(done)
-        raise SchemaError("the schema version did not settle (is another release migrating?)")
+        return await _upgrade(conn, schema, lock_timeout, lock_attempts, retry_pause)
     except DRIVER_ERRORS as exc:
         if is_unavailable(exc):
             terminate(conn)
@@ -235,51 +247,88 @@ async def upgrade(
         await _close(conn)
 
 
-async def _step(
+async def _upgrade(
     conn: Connection, schema: Schema, lock_timeout: float, lock_attempts: int, pause: float
-) -> tuple[int | None, str | None]:
-    """One transaction: read the version under the lock and apply what comes next, if
-    anything. Returns (the version found, the name of what was applied or None)."""
+) -> Upgrade:
+    """One transaction: read the version under the lock and apply everything the database
+    lacks (see the module's docstring); tried again, whole, when a table lock could not be
+    taken in time."""
     name = "the schema lock"
     for attempt in range(1, lock_attempts + 1):
         try:
             async with conn.transaction():
-                await conn.execute(SQL.lock_schema, _LOCK_KEY)
+                await conn.execute(*SQL.lock_schema(key=_LOCK_KEY))
                 found = await _version(conn)
-                name, sql, version = _next(schema, found)
-                if sql is None:
-                    return found, None
-                log.info("schema.applying", name=name, version=version, found=found)
+                steps = _steps(schema, found)
+                if not steps:
+                    return Upgrade(found, schema.latest, ())
+                log.info("schema.upgrading", found=found, steps=[step[0] for step in steps])
                 started = time.monotonic()
-                # After the advisory lock: waiting for another replica's migration is not
+                # After the advisory lock: waiting for another replica's upgrade is not
                 # bounded, waiting for a table behind live traffic is.
-                await conn.execute(SQL.bound_lock_waits, str(round(lock_timeout * 1000)))
-                try:
-                    await conn.execute(sql)
-                except asyncpg.LockNotAvailableError:
-                    raise
-                except asyncpg.PostgresError as exc:
-                    if is_unavailable(exc):
-                        raise
-                    raise SchemaError(f"{name} failed, nothing of it was applied: {exc}") from exc
-                if name == "schema.sql":
-                    if await _version(conn) != version:
-                        raise SchemaError(f"schema.sql did not record version {version}")
-                else:
-                    await conn.execute(SQL.record_version, version)
-            log.info("schema.applied", name=name, version=version,
+                milliseconds = str(round(lock_timeout * 1000))
+                await conn.execute(*SQL.bound_lock_waits(milliseconds=milliseconds))
+                if found is not None:
+                    name = "the upgrade's table locks"
+                    await conn.execute(*SQL.lock_tables())
+                if schema.functions:
+                    # Bodies unchecked: they may name what the steps below make.
+                    name = "functions.sql"
+                    await conn.execute(*SQL.check_function_bodies(on="off"))
+                    await _apply(conn, name, schema.functions)
+                    await conn.execute(*SQL.check_function_bodies(on="on"))
+                for name, sql, version in steps:
+                    log.info("schema.applying", name=name, version=version)
+                    await _apply(conn, name, sql)
+                    if name == "schema.sql":
+                        if await _version(conn) != version:
+                            raise SchemaError(f"schema.sql did not record version {version}")
+                    else:
+                        await conn.execute(*SQL.record_version(version=version))
+                if schema.functions:
+                    name = "functions.sql"  # again, each body checked against the schema now
+                    await _apply(conn, name, schema.functions)
+            log.info("schema.upgraded", found=found, version=schema.latest,
                      seconds=round(time.monotonic() - started, 3))  # fmt: skip
-            return found, name
+            return Upgrade(found, schema.latest, tuple(step[0] for step in steps))
         except asyncpg.LockNotAvailableError as exc:
             if attempt == lock_attempts:
                 raise SchemaError(
                     f"{name} could not take its table locks within {lock_timeout:g}s, "
                     f"{lock_attempts} times: a long transaction holds them (see "
-                    f"pg_stat_activity and docs/operations.md); nothing of it was applied"
+                    f"pg_stat_activity and docs/operations.md); nothing of the upgrade was "
+                    f"applied"
                 ) from exc
             log.warning("schema.lock_busy", name=name, attempt=attempt, error=str(exc))
             await asyncio.sleep(pause)
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+async def _apply(conn: Connection, name: str, sql: str) -> None:
+    """One file of the upgrade, in its transaction; a failure names the file. A file of
+    comments alone (a version whose change was to functions only) sends nothing."""
+    if not re.sub(r"--[^\n]*", "", sql).strip():
+        return
+    try:
+        await conn.execute(sql)
+    except asyncpg.LockNotAvailableError:
+        raise
+    except asyncpg.PostgresError as exc:
+        if is_unavailable(exc):
+            raise
+        raise SchemaError(f"{name} failed, nothing of the upgrade was applied: {exc}") from exc
+
+
+def _steps(schema: Schema, found: int | None) -> list[tuple[str, str, int]]:
+    """(name, SQL, version it leads to) of each file a database at `found` needs, in order;
+    empty when it needs nothing."""
+    steps: list[tuple[str, str, int]] = []
+    while (step := _next(schema, found))[1] is not None:
+        name, sql, version = step
+        assert sql is not None
+        steps.append((name, sql, version))
+        found = version
+    return steps
 
 
 def _next(schema: Schema, found: int | None) -> tuple[str, str | None, int]:
@@ -303,9 +352,9 @@ def _next(schema: Schema, found: int | None) -> tuple[str, str | None, int]:
 
 async def _version(conn: Connection) -> int | None:
     """The recorded version, or None when there is no dispatcher_schema table at all."""
-    if not await conn.fetchval(SQL.has_versions):
+    if not await conn.fetchval(*SQL.has_versions()):
         return None
-    version: int | None = await conn.fetchval(SQL.version)
+    version: int | None = await conn.fetchval(*SQL.version())
     if version is None:
         raise SchemaError("dispatcher_schema is empty: this database was not made by dispatcher")
     return version
@@ -345,7 +394,7 @@ async def database_checks(db: Database) -> dict[str, bool]:
 
 async def current_version(db: Database) -> int | None:
     async with db.acquire() as conn:
-        if not await conn.fetchval(SQL.has_versions):
+        if not await conn.fetchval(*SQL.has_versions()):
             return None
-        version: int | None = await conn.fetchval(SQL.version)
+        version: int | None = await conn.fetchval(*SQL.version())
         return version

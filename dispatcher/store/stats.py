@@ -37,16 +37,16 @@ from dispatcher.domain.health import Cutoffs, EndpointHealth, SettledDelivery, S
 from dispatcher.domain.outcomes import AttemptOutcome, AttemptResult
 from dispatcher.store import queries
 from dispatcher.store.database import Connection, Database
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 
 
 class SQL(Queries, file="stats.sql"):
-    record_batch: str
-    endpoint_health: str
-    attempts_per_minute: str
-    forget_minutes: str
-    forget_status_changes: str
-    forget_hours: str
+    record_batch: Statement
+    endpoint_health: Statement
+    attempts_per_minute: Statement
+    forget_minutes: Statement
+    forget_status_changes: Statement
+    forget_hours: Statement
 
 
 # The engine's planner settings (queries/queue.sql, store/queue.py, which imports this module):
@@ -55,6 +55,11 @@ INDEX_WALKS_ONLY = queries.load("queue.sql")["index_walks_only"].sql
 
 # The rollups' count columns, one per outcome, named as its value (`success`, ...).
 OUTCOMES = health.OUTCOMES
+# The arrays of `record_batch` (stats.sql), by the names it gives them, in a tally row's order.
+ROLLUP_ARRAYS = (
+    "spans", "webhook_ids", "starts_at", *map(str, OUTCOMES), "delivered", "failed",
+    "last_success_at", "last_failure_at", "histograms",
+)  # fmt: skip
 
 
 async def record_batch(
@@ -67,14 +72,14 @@ async def record_batch(
     of the rollups (one statement; in the record transaction)."""
     arguments = rollup_arguments(attempts, settled)
     if arguments is not None:
-        await conn.execute(SQL.record_batch, *arguments, engine)
+        await conn.execute(*SQL.record_batch(**arguments, engine=engine))
 
 
 def rollup_arguments(
     attempts: Iterable[AttemptResult], settled: Iterable[SettledDelivery] = ()
-) -> tuple[list[Any], ...] | None:
-    """The arrays of `SQL.record_batch` ($1..$13) for a batch (None: nothing to add): its minute
-    tallies, then its hour tallies, each in key order."""
+) -> dict[str, list[Any]] | None:
+    """The arrays of `SQL.record_batch`, by name, for a batch (None: nothing to add): its
+    minute tallies, then its hour tallies, each in key order."""
     minutes, hours = health.rollup(attempts, settled)
     if not minutes:
         return None
@@ -95,7 +100,10 @@ def rollup_arguments(
         for span, tallies in (("minute", minutes), ("hour", hours))
         for (webhook_id, start), tally in tallies
     ]  # fmt: skip
-    return tuple(list(column) for column in zip(*rows, strict=True))
+    return {
+        name: list(column)
+        for name, column in zip(ROLLUP_ARRAYS, zip(*rows, strict=True), strict=True)
+    }
 
 
 async def read(db: Database, webhook_id: str, now: datetime, window: StatsWindow) -> EndpointHealth:
@@ -105,7 +113,12 @@ async def read(db: Database, webhook_id: str, now: datetime, window: StatsWindow
     async with db.transaction() as conn:
         await conn.execute(INDEX_WALKS_ONLY)
         row = await conn.fetchrow(
-            SQL.endpoint_health, webhook_id, rows.since, rows.hours_from, rows.hours_until
+            *SQL.endpoint_health(
+                webhook_id=webhook_id,
+                since=rows.since,
+                hours_from=rows.hours_from,
+                hours_until=rows.hours_until,
+            )
         )
     assert row is not None
     # Never below 0: a delivery settled before the rollups existed (schema 7) was not
@@ -133,7 +146,7 @@ async def attempts_per_minute(
     """One endpoint's attempts by outcome for each minute from `since` (a minute's start) on
     that has any. The caller has checked that the webhook is the workspace's."""
     async with db.acquire() as conn:
-        rows = await conn.fetch(SQL.attempts_per_minute, webhook_id, since)
+        rows = await conn.fetch(*SQL.attempts_per_minute(webhook_id=webhook_id, since=since))
     return {row["minute"]: {outcome: row[outcome] for outcome in OUTCOMES} for row in rows}
 
 
@@ -146,6 +159,6 @@ async def forget_before(conn: Connection, cutoffs: Cutoffs) -> int:
         (SQL.forget_status_changes, cutoffs.minutes),
         (SQL.forget_hours, cutoffs.hours),
     ):
-        result: str = await conn.execute(sql, cutoff)
+        result: str = await conn.execute(*sql(before=cutoff))
         deleted += int(result.split()[-1])
     return deleted

@@ -23,7 +23,7 @@ from dispatcher.store import webhooks
 from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.key_cache import ApiKey, KeyCache
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import ApiKeyRow, PhoneNumberRow, WorkspaceRow, as_row, fetch_row
 
 __all__ = ["ApiKey"]  # with the functions below; ApiKey's home is key_cache
@@ -32,21 +32,21 @@ KEY_PREFIX = "dk_"
 
 
 class SQL(Queries, file="workspaces.sql"):
-    insert_workspace: str
-    workspace: str
-    workspaces_page: str
-    demo_workspace: str
-    insert_number: str
-    numbers_page: str
-    insert_key: str
-    keys_page: str
-    revoke_key: str
-    live_key: str
-    find_numbers: str
-    lock_demo: str
-    any_workspace: str
-    offer_instance_secret: str
-    instance_secret: str
+    insert_workspace: Statement
+    workspace: Statement
+    workspaces_page: Statement
+    demo_workspace: Statement
+    insert_number: Statement
+    numbers_page: Statement
+    insert_key: Statement
+    keys_page: Statement
+    revoke_key: Statement
+    live_key: Statement
+    find_numbers: Statement
+    lock_demo: Statement
+    any_workspace: Statement
+    offer_instance_secret: Statement
+    instance_secret: Statement
 
 
 def hash_key(key: str) -> bytes:
@@ -60,7 +60,9 @@ def new_key() -> str:
 async def insert_workspace(db: Database, name: str, *, demo: bool = False) -> WorkspaceRow:
     """A new workspace: its id, name and creation time."""
     async with db.acquire() as conn:
-        row = await fetch_one(conn, SQL.insert_workspace, ids.new_id(ids.WORKSPACE), name, demo)
+        row = await fetch_one(
+            conn, SQL.insert_workspace(id=ids.new_id(ids.WORKSPACE), name=name, demo=demo)
+        )
     return as_row(WorkspaceRow, row)
 
 
@@ -70,7 +72,7 @@ async def create_workspace(db: Database, name: str, *, demo: bool = False) -> st
 
 
 async def get_workspace(db: Database, workspace_id: str) -> WorkspaceRow | None:
-    return await fetch_row(db, SQL.workspace, WorkspaceRow, workspace_id)
+    return await fetch_row(db, SQL.workspace(workspace_id=workspace_id), WorkspaceRow)
 
 
 async def list_workspaces(
@@ -82,7 +84,7 @@ async def list_workspaces(
 
 
 async def _require_workspace(conn: Connection, workspace_id: str) -> None:
-    if await conn.fetchrow(SQL.workspace, workspace_id) is None:
+    if await conn.fetchrow(*SQL.workspace(workspace_id=workspace_id)) is None:
         raise NotFound(f"workspace {workspace_id} does not exist")
 
 
@@ -93,7 +95,9 @@ async def insert_number(db: Database, workspace_id: str, number: str) -> PhoneNu
     async with db.acquire() as conn:
         try:
             row = await conn.fetchrow(
-                SQL.insert_number, ids.new_id(ids.NUMBER), workspace_id, number
+                *SQL.insert_number(
+                    id=ids.new_id(ids.NUMBER), workspace_id=workspace_id, number=number
+                )
             )
         except asyncpg.UniqueViolationError as exc:
             raise Conflict(f"number {number} is already registered") from exc
@@ -126,12 +130,13 @@ async def insert_key(
     key = new_key()
     async with db.acquire() as conn:
         row = await conn.fetchrow(
-            SQL.insert_key,
-            ids.new_id(ids.API_KEY),
-            workspace_id,
-            hash_key(key),
-            sorted(set(scopes)),
-            name,
+            *SQL.insert_key(
+                id=ids.new_id(ids.API_KEY),
+                workspace_id=workspace_id,
+                digest=hash_key(key),
+                scopes=sorted(set(scopes)),
+                name=name,
+            ),
         )
     if row is None:
         raise NotFound(f"workspace {workspace_id} does not exist")
@@ -164,7 +169,7 @@ async def revoke_key(
     The trigger on api_keys tells every process to forget the keys it keeps; this process's
     `cache` forgets them before this returns, whatever the notification does."""
     async with db.acquire() as conn:
-        done = await conn.fetchval(SQL.revoke_key, key_id, workspace_id)
+        done = await conn.fetchval(*SQL.revoke_key(key_id=key_id, workspace_id=workspace_id))
     if cache is not None:
         cache.clear()
     if done is None:
@@ -181,7 +186,7 @@ async def find_key(db: Database, key: str, cache: KeyCache | None = None) -> Api
             return cached
         generation = cache.generation
     async with db.acquire() as conn:
-        row = await conn.fetchrow(SQL.live_key, digest)
+        row = await conn.fetchrow(*SQL.live_key(digest=digest))
     if row is None or not hmac.compare_digest(bytes(row["key_hash"]), digest):
         return None
     found = ApiKey(row["id"], row["workspace_id"], frozenset(row["scopes"]))
@@ -214,7 +219,9 @@ async def find_numbers(
     if len(cached) == len(refs):
         return cached
     async with db.acquire() as conn:
-        rows = await conn.fetch(SQL.find_numbers, workspace_id, list(refs), e164)
+        rows = await conn.fetch(
+            *SQL.find_numbers(workspace_id=workspace_id, refs=list(refs), e164=e164)
+        )
     found: dict[str, PhoneNumber] = {}
     if len(known) >= MAX_KNOWN_NUMBERS:
         known.clear()
@@ -259,20 +266,23 @@ async def create_demo_if_empty(
     Runs under an advisory lock so that replicas starting together make one demo, once.
     """
     async with db.transaction() as conn:
-        await conn.execute(SQL.lock_demo)
-        if await conn.fetchval(SQL.any_workspace):
+        await conn.execute(*SQL.lock_demo())
+        if await conn.fetchval(*SQL.any_workspace()):
             return None
         workspace_id = ids.new_id(ids.WORKSPACE)
         key = new_key()
-        await conn.execute(SQL.insert_workspace, workspace_id, "Demo", True)
-        await conn.execute(SQL.insert_number, ids.new_id(ids.NUMBER), workspace_id, number)
+        await conn.execute(*SQL.insert_workspace(id=workspace_id, name="Demo", demo=True))
         await conn.execute(
-            SQL.insert_key,
-            ids.new_id(ids.API_KEY),
-            workspace_id,
-            hash_key(key),
-            sorted(scopes),
-            "demo",
+            *SQL.insert_number(id=ids.new_id(ids.NUMBER), workspace_id=workspace_id, number=number)
+        )
+        await conn.execute(
+            *SQL.insert_key(
+                id=ids.new_id(ids.API_KEY),
+                workspace_id=workspace_id,
+                digest=hash_key(key),
+                scopes=sorted(scopes),
+                name="demo",
+            ),
         )
         if webhook is not None:
             await webhooks.create(
@@ -289,13 +299,13 @@ async def create_demo_if_empty(
 async def demo_workspace_id(db: Database) -> str | None:
     """The demo workspace's id, when the database has one."""
     async with db.acquire() as conn:
-        found: str | None = await conn.fetchval(SQL.demo_workspace)
+        found: str | None = await conn.fetchval(*SQL.demo_workspace())
     return found
 
 
 async def instance_secret(db: Database, name: str) -> bytes:
     """A random secret shared by every replica (made by whichever starts first)."""
     async with db.acquire() as conn:
-        await conn.execute(SQL.offer_instance_secret, name, secrets.token_bytes(32))
-        value: bytes = await conn.fetchval(SQL.instance_secret, name)
+        await conn.execute(*SQL.offer_instance_secret(name=name, secret=secrets.token_bytes(32)))
+        value: bytes = await conn.fetchval(*SQL.instance_secret(name=name))
     return bytes(value)

@@ -15,8 +15,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher.api.app import create_app
-from dispatcher.api.context import Services
-from dispatcher.api.openapi import document
+from dispatcher.api.framework.context import Services
+from dispatcher.api.registry import document
 from dispatcher.domain.signing import new_secret
 from dispatcher.errors import NotFound
 from dispatcher.store import operator_sink, workspaces

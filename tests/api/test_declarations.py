@@ -1,5 +1,5 @@
 """The OpenAPI document says what the service does, because both come from one declaration
-per route (api/routing.py: method, path, credential, answer, body, query): each documented
+per route (api/framework/routing.py: method, path, credential, answer, body, query): each documented
 scope is the one the route enforces, each documented body the one it validates, each
 documented filter value one it takes. And the workspace's numbers are checked the same way at
 every door."""
@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from dispatcher.api.context import SCOPES
-from dispatcher.api.openapi import ANY_KEY, document
+from dispatcher.api.framework.context import SCOPES
+from dispatcher.api.framework.openapi import ANY_KEY
+from dispatcher.api.registry import document
 from dispatcher.domain.enums import ALSO_GRANTED_BY, Scope
 from dispatcher.store.database import Database
 from tests.conftest import ADMIN_HEADERS, MakeWorkspace, Workspace

@@ -16,8 +16,8 @@ from standardwebhooks.webhooks import Webhook
 
 from dispatcher.api import demo
 from dispatcher.api.app import create_app
-from dispatcher.api.context import SCOPES, Services
 from dispatcher.api.demo import DemoReceiver
+from dispatcher.api.framework.context import SCOPES, Services
 from dispatcher.store import workspaces
 from dispatcher.store.database import Database
 from tests.conftest import MakeWorkspace, Workspace

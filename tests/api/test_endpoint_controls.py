@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient
 
-from dispatcher.api.context import Services
+from dispatcher.api.framework.context import Services
 from dispatcher.carrier import SandboxCarrier
 from dispatcher.store.database import Database
 from tests.conftest import Workspace

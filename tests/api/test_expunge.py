@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from dispatcher.api.context import SCOPES
+from dispatcher.api.framework.context import SCOPES
 from dispatcher.carrier import SandboxCarrier
 from dispatcher.domain.clock import FakeClock, isoformat
 from dispatcher.domain.enums import Scope

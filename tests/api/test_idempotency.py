@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 
-from dispatcher.api.idempotency import request_fingerprint
+from dispatcher.api.framework.idempotency import request_fingerprint
 from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database
 from tests.conftest import Workspace

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from dispatcher.api.openapi import ANY_KEY, document
+from dispatcher.api.framework.openapi import ANY_KEY
+from dispatcher.api.registry import document
 from dispatcher.domain.enums import Scope
 from dispatcher.store import workspaces
 from dispatcher.store.database import Database

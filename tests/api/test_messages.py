@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from dispatcher.api.context import Services
+from dispatcher.api.framework.context import Services
 from dispatcher.carrier import SandboxCarrier
 from dispatcher.store.database import Database
 from tests.conftest import MakeWorkspace, Workspace

@@ -18,9 +18,9 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from dispatcher.api.admission import ADMISSION, Admission
 from dispatcher.api.app import create_app
-from dispatcher.api.context import Services
+from dispatcher.api.framework.admission import ADMISSION, Admission
+from dispatcher.api.framework.context import Services
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from dispatcher.store import workspaces

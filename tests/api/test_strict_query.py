@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from dispatcher.api.openapi import document
+from dispatcher.api.registry import document
 from tests.conftest import Workspace
 
 PAGED = ["/v1/messages", "/v1/conversations", "/v1/webhooks", "/v1/webhooks/{hook}/deliveries"]

@@ -10,7 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher.api.app import create_app
-from dispatcher.api.context import Services
+from dispatcher.api.framework.context import Services
 from dispatcher.domain.clock import FakeClock
 from dispatcher.settings import Settings
 from dispatcher.store import workspaces

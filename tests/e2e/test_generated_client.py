@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from dispatcher.api.openapi import document
+from dispatcher.api.registry import document
 from tests.processes import free_port, read_until, start, stop, until_ready
 
 GENERATOR = Path(sys.executable).with_name("openapi-python-client")

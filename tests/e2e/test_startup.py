@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher.api.app import create_app
-from dispatcher.api.context import Services
+from dispatcher.api.framework.context import Services
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from tests.chaos.forwarder import forwarding

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 
 from dispatcher import service
 from dispatcher.api.app import create_app
-from dispatcher.api.context import Services
+from dispatcher.api.framework.context import Services
 from dispatcher.store import maintenance
 from dispatcher.supervision import BackgroundTaskFailed, Supervisor
 from tests.processes import STARTED, log_events

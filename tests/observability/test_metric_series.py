@@ -37,7 +37,7 @@ import asyncio
 from aiohttp import ClientSession, web
 from dispatcher import service
 from dispatcher.api.app import create_app
-from dispatcher.api.context import Services
+from dispatcher.api.framework.context import Services
 from dispatcher.api.metrics import metrics_only_app
 from dispatcher.domain.clock import SystemClock
 from dispatcher.settings import Settings

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher import monitor
 from dispatcher.api.app import create_app
-from dispatcher.api.context import Services
+from dispatcher.api.framework.context import Services
 from dispatcher.api.health import ReadinessCheck
 from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database

@@ -26,8 +26,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from dispatcher import tracing
 from dispatcher.api.app import create_app
-from dispatcher.api.context import Services
-from dispatcher.api.http import tracing_middleware
+from dispatcher.api.framework.context import Services
+from dispatcher.api.framework.http import tracing_middleware
 from dispatcher.carrier import SandboxCarrier
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for

@@ -55,8 +55,17 @@ async def explain_claim(db: Database) -> tuple[dict[str, Any], int]:
         await tx.start()
         try:
             await conn.execute(queue.INDEX_WALKS_ONLY)
-            args: list[Any] = [datetime.now(UTC), "engine-x", CLAIM, 10, [], [], "", CLAIM]
-            raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + queue.CLAIM, *args)
+            claim = queue.SQL.claim(
+                now=datetime.now(UTC),
+                owner="engine-x",
+                limit=CLAIM,
+                default_concurrency=10,
+                done_endpoints=[],
+                done_counts=[],
+                cursor="",
+                visits=CLAIM,
+            )
+            raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + claim.sql, *claim.args)
         finally:
             await tx.rollback()
     plan: dict[str, Any] = orjson.loads(raw)[0]["Plan"]

@@ -40,7 +40,7 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
 
 # Error codes of refusals that depend on the server's state, not on the request's shape.
 STATEFUL_CODES = {
-    # A cursor is signed by the server for one list and its filters (api/pagination.py).
+    # A cursor is signed by the server for one list and its filters (api/framework/pagination.py).
     "invalid_cursor",
     # An Idempotency-Key reused with another request (each event of a batch has its own).
     "idempotency_key_reused",

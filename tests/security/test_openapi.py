@@ -20,8 +20,8 @@ from aiohttp.test_utils import TestClient
 
 from dispatcher.api import console
 from dispatcher.api.app import create_app
-from dispatcher.api.context import Services
-from dispatcher.api.openapi import document
+from dispatcher.api.framework.context import Services
+from dispatcher.api.registry import document
 from dispatcher.domain import headers, text, urls
 from tests.conftest import wait_for
 from tests.processes import free_port, read_until, start, stop

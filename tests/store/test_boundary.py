@@ -26,6 +26,7 @@ from dispatcher.store import (
     workspaces,
 )
 from dispatcher.store.database import Database, StoreError
+from dispatcher.store.queries import Statement
 from dispatcher.store.rows import (
     ApiKeyRow,
     AttemptRow,
@@ -46,7 +47,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "dispatcher"
 STORE = PACKAGE / "store"
 
 # Each statement whose rows the store hands out, with the row type they are made into.
-STATEMENTS: list[tuple[str, str, type[NamedTuple]]] = [
+STATEMENTS: list[tuple[str, Statement | str, type[NamedTuple]]] = [
     ("webhooks.create", webhooks.SQL.create, WebhookRow),
     ("webhooks.webhook", webhooks.SQL.webhook, WebhookRow),
     ("webhooks.webhooks_page", webhooks.SQL.webhooks_page, WebhookRow),
@@ -60,9 +61,9 @@ STATEMENTS: list[tuple[str, str, type[NamedTuple]]] = [
     ("events.event", events.SQL.event, EventRow),
     ("expunge.erase_event", expunge.SQL.erase_event, EventRow),
     ("expunge.erase_message_text", expunge.SQL.erase_message_text, MessageRow),
-    ("messages.CREATE_OUTGOING", messages.CREATE_OUTGOING, MessageRow),
-    ("messages.CREATE_INCOMING", messages.CREATE_INCOMING, MessageRow),
-    ("messages.CREATE_CALL", messages.CREATE_CALL, CallRow),
+    ("messages.create_outgoing", messages.SQL.create_outgoing, MessageRow),
+    ("messages.create_incoming", messages.SQL.create_incoming, MessageRow),
+    ("messages.create_call", messages.SQL.create_call, CallRow),
     ("messages.message", messages.SQL.message, MessageRow),
     ("messages.messages_page", messages.SQL.messages_page, MessageRow),
     ("messages.claim_carrier_due", messages.SQL.claim_carrier_due, MessageRow),
@@ -93,10 +94,11 @@ DRIVER_TYPES: dict[str, set[str]] = {
 
 @pytest.mark.parametrize(("name", "sql", "row_type"), STATEMENTS, ids=[s[0] for s in STATEMENTS])
 async def test_each_statement_returns_its_rows_columns_in_order_and_of_its_types(
-    db: Database, name: str, sql: str, row_type: type[NamedTuple]
+    db: Database, name: str, sql: Statement | str, row_type: type[NamedTuple]
 ) -> None:
     async with db.acquire() as conn:
-        attributes = (await conn.prepare(sql)).get_attributes()
+        text = sql.sql if isinstance(sql, Statement) else sql  # webhooks.sql still numbers
+        attributes = (await conn.prepare(text)).get_attributes()
     assert tuple(a.name for a in attributes) == row_type._fields, name
     for attribute in attributes:
         # As written: `from __future__ import annotations` leaves the annotation a string,

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from aiohttp.test_utils import TestClient
 
-from dispatcher.api.context import Services
+from dispatcher.api.framework.context import Services
 from dispatcher.carrier import SANDBOX_FAILING_NUMBERS, SandboxCarrier
 from dispatcher.store.database import Database
 from tests.conftest import Workspace

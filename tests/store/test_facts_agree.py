@@ -35,6 +35,7 @@ import asyncpg
 import pytest
 
 from dispatcher.api import models
+from dispatcher.api.events import OrderingKey
 from dispatcher.domain import json_values, payload_filter, rate_limits
 from dispatcher.domain.enums import (
     AttemptTrigger,
@@ -192,12 +193,16 @@ def test_every_literal_compared_to_an_enum_column_is_a_member() -> None:
 
 
 def test_give_up_words_are_the_stop_reasons() -> None:
-    """The claim and the record give a row up with `stop_reason`'s words (queries/queue.sql);
-    a deleted or disabled webhook's pending deliveries get store/webhooks.py's; an expunge's
-    the reason's own."""
-    part = SQL["queue.sql"].split("-- name: stop_reason", 1)[1].split("-- name:", 1)[0]
-    words = re.findall(r"THEN '([^']*)'", _without_comments(part))
-    assert words == [GiveUpReason.EXPUNGED, DELETED_ERROR, DISABLED_ERROR]
+    """The claim and the record give a row up with the same words (queries/queue.sql, their
+    `CASE WHEN q.expunged ...`); a deleted or disabled webhook's pending deliveries get
+    store/webhooks.py's; an expunge's the reason's own."""
+    reasons = re.findall(
+        r"CASE WHEN q\.expunged .*? END", _without_comments(SQL["queue.sql"]), re.S
+    )
+    assert len(reasons) == 2  # the claim's and the record's
+    for reason in reasons:
+        words = re.findall(r"THEN '([^']*)'", reason)
+        assert words == [GiveUpReason.EXPUNGED, DELETED_ERROR, DISABLED_ERROR]
 
 
 # --- Rules the database applies itself --------------------------------------------------------
@@ -242,7 +247,7 @@ def _bounds(annotated: Any) -> tuple[int, int]:
 async def test_ordering_key_rule(conn: asyncpg.Connection, ws: Workspace) -> None:
     """The outbox function takes the ordering keys the API takes: the same lengths, and no
     character the API calls a control (every code point is asked)."""
-    shortest, longest = _bounds(models.OrderingKey)
+    shortest, longest = _bounds(OrderingKey)
 
     async def accepted(key: str) -> bool:
         """Whether the outbox takes `key`; nothing is kept either way."""

@@ -3,8 +3,9 @@
 A database made by the first release's schema.sql (tests/store/schema_v1.sql, byte for byte
 `git show c801a91:schema.sql`) and migrated ends up with the schema of a fresh one; the
 deliveries it held survive (tests/store/test_upgrade_path.py). A database newer than the code
-is refused; concurrent runs apply each step once; a failing step leaves the last version that
-committed; a step that cannot take its table locks gives up instead of queueing traffic.
+is refused; concurrent runs apply each step once; the whole upgrade is one transaction, so a
+failing step leaves the database as it was; a step that cannot take its table locks gives up
+instead of queueing traffic.
 """
 
 from __future__ import annotations
@@ -142,8 +143,8 @@ async def lock_waiters(conn: asyncpg.Connection, mode: str = "advisory") -> int:
 async def test_concurrent_migrate_runs_apply_each_step_once(new_database: NewDatabase) -> None:
     """Two `dispatcher migrate` at once on a version-1 database (both made to wait on the lock
     first, so that they really race): every migration is applied once, by one of them, in
-    order, and both succeed at the latest version. (Each step takes the lock in its own
-    transaction, so the two may take turns between steps; each reads the version again.)"""
+    order, and both succeed at the latest version. (The whole upgrade is one transaction under
+    the lock: whichever takes it first applies every step, the other then finds nothing to do.)"""
     url = await new_database(v1=True)
     holder = await hold_schema_lock(url)
     try:
@@ -184,11 +185,12 @@ async def test_replicas_starting_together_on_an_empty_database(new_database: New
     assert await versions(url) == [schema.SCHEMA_VERSION]
 
 
-async def test_a_failing_migration_leaves_the_last_version_that_committed(
+async def test_a_failing_migration_leaves_the_database_as_it_was(
     new_database: NewDatabase,
 ) -> None:
-    """Each migration is its own transaction: the one that fails leaves nothing behind, the
-    ones before it stay applied and recorded, and the error names the file."""
+    """The whole upgrade is one transaction: a migration that fails leaves nothing of the
+    upgrade behind, the ones before it included (the database stays at its version), and the
+    error names the file."""
     url = await new_database(v1=True)
     files = schema.load()
     good = files.migrations[0]
@@ -198,13 +200,18 @@ async def test_a_failing_migration_leaves_the_last_version_that_committed(
     fake = schema.Schema(files.sql, 3, (good, broken))
     db = await Database.open(url, min_size=1, max_size=1)
     try:
-        with pytest.raises(schema.SchemaError, match="0003_broken failed, nothing of it"):
+        with pytest.raises(schema.SchemaError, match="0003_broken failed, nothing of the upgrade"):
             await schema.upgrade(db, fake)
         async with db.acquire() as conn:
             assert await conn.fetchval("SELECT to_regclass('half_done')") is None
+            # 0002's column, applied before 0003 failed, is gone with it.
+            assert not await conn.fetchval(
+                "SELECT count(*) FROM pg_attribute WHERE attrelid = 'events'::regclass "
+                "AND attname = 'request_fingerprint'"
+            )
     finally:
         await db.close()
-    assert await versions(url) == [1, 2]
+    assert await versions(url) == [1]
 
 
 async def test_a_migration_gives_up_on_locks_it_cannot_take(new_database: NewDatabase) -> None:

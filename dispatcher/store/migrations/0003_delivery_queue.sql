@@ -55,32 +55,6 @@ DROP INDEX IF EXISTS deliveries_leased;
 DROP INDEX IF EXISTS deliveries_pending_by_webhook;
 ALTER TABLE deliveries DROP COLUMN IF EXISTS lease_owner;
 
-CREATE OR REPLACE FUNCTION dispatcher_fan_out(
-    p_event_id text, p_created_at timestamptz, p_workspace_id text, p_type text, p_number_id text
-) RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    fanned integer;
-BEGIN
-    -- The event's fields come as arguments: no join back to the row just inserted.
-    WITH made AS (
-        INSERT INTO deliveries
-            (id, workspace_id, webhook_id, event_id, event_type, created_at, next_attempt_at)
-        SELECT dispatcher_new_id('WD'), p_workspace_id, w.id, p_event_id, p_type, p_created_at,
-               p_created_at
-        FROM webhooks w
-        WHERE w.workspace_id = p_workspace_id
-          AND w.deleted_at IS NULL
-          AND w.disabled_at IS NULL
-          AND p_type = ANY (w.events)
-          AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
-        ON CONFLICT (webhook_id, event_id, created_at) DO NOTHING
-        RETURNING id, created_at, webhook_id, event_id, next_attempt_at
-    )
-    INSERT INTO delivery_queue (delivery_id, created_at, webhook_id, event_id, due_at)
-    SELECT id, created_at, webhook_id, event_id, next_attempt_at FROM made;
-    GET DIAGNOSTICS fanned = ROW_COUNT;
-    RETURN fanned;
-END
-$$;
-
+-- Its functions as this version left them (dispatcher_fan_out) are now
+-- dispatcher/store/functions.sql's, applied by every upgrade in its transaction: a migration never
+-- restates a function (docs/operations.md, "Functions").

@@ -5,12 +5,10 @@
 --
 -- Locks: SHARE ROW EXCLUSIVE on api_keys while the triggers are created (milliseconds; API
 -- key lookups read through it, revocations wait).
-CREATE FUNCTION dispatcher_api_keys_changed() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('dispatcher_api_keys', '');
-    RETURN NULL;
-END
-$$;
 
 CREATE TRIGGER api_keys_changed AFTER UPDATE OR DELETE OR TRUNCATE ON api_keys
     FOR EACH STATEMENT EXECUTE FUNCTION dispatcher_api_keys_changed();
+
+-- Its functions as this version left them (dispatcher_api_keys_changed) are now
+-- dispatcher/store/functions.sql's, applied by every upgrade in its transaction: a migration never
+-- restates a function (docs/operations.md, "Functions").

@@ -75,35 +75,10 @@ CREATE TABLE webhook_status_changes (
 );
 CREATE INDEX webhook_status_changes_age ON webhook_status_changes USING brin (minute);
 
--- One upsert per statement: the changes of a whole statement (a disable of an endpoint with a
--- large backlog) are summed first, and rows are locked in key order.
-CREATE OR REPLACE FUNCTION dispatcher_count_status_changes() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF (SELECT sum(attempts) FROM changed_after)
-       IS DISTINCT FROM (SELECT sum(attempts) FROM changed_before) THEN
-        RETURN NULL;  -- the recorder's: counted with its attempts
-    END IF;
-    INSERT INTO webhook_status_changes AS s (webhook_id, minute, delivered, failed)
-    SELECT c.webhook_id, c.minute, sum(c.delivered), sum(c.failed)
-    FROM (
-        SELECT webhook_id, date_bin('1 minute', created_at, TIMESTAMPTZ 'epoch') AS minute,
-               (status = 'delivered')::integer AS delivered, (status = 'failed')::integer AS failed
-        FROM changed_after WHERE status <> 'pending'
-        UNION ALL
-        SELECT webhook_id, date_bin('1 minute', created_at, TIMESTAMPTZ 'epoch'),
-               -(status = 'delivered')::integer, -(status = 'failed')::integer
-        FROM changed_before WHERE status <> 'pending'
-    ) c
-    GROUP BY c.webhook_id, c.minute
-    HAVING sum(c.delivered) <> 0 OR sum(c.failed) <> 0
-    ORDER BY c.webhook_id, c.minute
-    ON CONFLICT (webhook_id, minute) DO UPDATE
-    SET delivered = s.delivered + excluded.delivered, failed = s.failed + excluded.failed;
-    RETURN NULL;
-END
-$$;
-
 CREATE OR REPLACE TRIGGER deliveries_status_changed AFTER UPDATE ON deliveries
     REFERENCING OLD TABLE AS changed_before NEW TABLE AS changed_after
     FOR EACH STATEMENT EXECUTE FUNCTION dispatcher_count_status_changes();
+
+-- Its functions as this version left them (dispatcher_count_status_changes) are now
+-- dispatcher/store/functions.sql's, applied by every upgrade in its transaction: a migration never
+-- restates a function (docs/operations.md, "Functions").

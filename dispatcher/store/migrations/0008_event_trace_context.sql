@@ -17,21 +17,6 @@
 -- calls dispatcher_append_event as schema 6 made it.
 ALTER TABLE events ADD COLUMN trace_context text;
 
-CREATE OR REPLACE FUNCTION dispatcher_append_event(
-    p_id text, p_workspace_id text, p_type text, p_number_id text, p_source text,
-    p_data json, p_created_at timestamptz, p_idempotency_key text DEFAULT NULL,
-    p_fingerprint bytea DEFAULT NULL, p_webhook_ids text[] DEFAULT NULL,
-    p_trace_context text DEFAULT NULL, OUT payload text, OUT fanned integer
-)
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO events (id, workspace_id, type, number_id, source, payload, idempotency_key,
-                        request_fingerprint, created_at, trace_context)
-    VALUES (p_id, p_workspace_id, p_type, p_number_id, p_source,
-            dispatcher_envelope(p_id, p_type, p_created_at, p_data), p_idempotency_key,
-            p_fingerprint, p_created_at, p_trace_context)
-    RETURNING events.payload INTO payload;
-    fanned := dispatcher_add_deliveries(p_id, p_created_at, p_workspace_id, p_type, p_number_id,
-                                        p_webhook_ids);
-END
-$$;
+-- Its functions as this version left them (dispatcher_append_event) are now
+-- dispatcher/store/functions.sql's, applied by every upgrade in its transaction: a migration never
+-- restates a function (docs/operations.md, "Functions").

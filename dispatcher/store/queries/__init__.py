@@ -1,35 +1,47 @@
 """Every SQL statement the store sends, by name: one `.sql` file per area, in this folder.
 
-A file holds its area's statements, each under a header that names it and a comment that says
-what it does (procrastinate's `queries.sql`, river's query files)::
+A file holds its area's statements, each whole, under a header that names it and a comment that
+says what it does (procrastinate's `queries.sql`, river's query files). Parameters are named,
+`@name` (river's and sqlc's style)::
 
     -- name: find_idempotent_event
     -- The payload and fingerprint of the latest event published under a key, in the window.
     SELECT payload, request_fingerprint FROM events
-    WHERE workspace_id = $1 AND idempotency_key = $2 AND created_at > $3
+    WHERE workspace_id = @workspace_id AND idempotency_key = @key AND created_at > @since
     ORDER BY created_at DESC LIMIT 1
 
-A store module binds its file by declaring the statements it sends, and sends them by name::
+A store module binds its file by declaring the statements it sends, and sends them by name,
+with the values by name::
 
     class SQL(Queries, file="events.sql"):
-        find_idempotent_event: str
+        find_idempotent_event: Statement
 
-    await conn.fetchrow(SQL.find_idempotent_event, workspace_id, key, since)
+    await conn.fetchrow(*SQL.find_idempotent_event(workspace_id=ws, key=key, since=since))
+
+The loader translates the names once, when the file is read, to asyncpg's `$1, $2, ...` (a
+name used twice is one parameter); calling a statement checks the values against its names
+(one missing, or one it does not name, raises `TypeError`) and gives `(sql, *values)`, in the
+order the database numbers them. `Statement.many` does the same for `executemany`.
 
 The file is read and parsed once, when the class is defined, that is at import: a statement the
 class declares that the file lacks, or one the file holds that the class does not declare (dead
 SQL), fails the import, never a call; a misspelt attribute fails mypy. Each file is bound by
 exactly one class.
 
-Steps that several statements share are written once, as a named part, and each statement
-stands for it with a line `-- include: part_name` (the claim's three variants share all but
-their walk). A part is expanded where it is included, when the file is read; it is no statement
-of its own, so no class declares it. A part may include parts in turn (the claim's last steps
-include the reason a row is given up, which the record shares), never itself.
+Two places still add to a statement in Python, each for what a parameter cannot be: a list's
+`..._page` statement gets its optional filters, its keyset position, order and limit from
+store/pages.py (which filters a request gives decides the index walk: written as `@x IS NULL OR
+...` they would leave the generic plan without an index condition), and maintenance.sql's
+`{day}` names a day's partitions (an identifier).
+
+During the transition one file (webhooks.sql, rewritten elsewhere) still numbers its
+parameters (`$1`); its class declares those statements `str`, and gets the text as it is. A
+statement mixes neither style, and a `str` declaration of a named statement is refused.
 
 What the database itself runs (the outbox function users call, the fan-out, the envelope,
-triggers) lives in schema.sql; these statements call it by name. The folder ships in the wheel
-as package data (pyproject.toml), read with importlib.resources like the migrations.
+triggers) lives in dispatcher/store/functions.sql; these statements call it by name. The folder
+ships in the wheel as package data (pyproject.toml), read with importlib.resources like the
+migrations.
 """
 
 from __future__ import annotations
@@ -38,14 +50,21 @@ import functools
 import inspect
 import itertools
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, ClassVar
 
 HEADER = re.compile(r"^-- name: *(\S*)[ \t]*$", re.MULTILINE)
-# A line of a statement that stands for a part written once in the same file (see `parse`).
-INCLUDE = re.compile(r"^-- include: *(\S+)[ \t]*$", re.MULTILINE)
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# What a parameter may hide in: string literals, quoted names, comments, dollar quotes and
+# casts are passed over; `@name` is a named parameter, `$n` a numbered one. `@` after `<` or
+# `@` is an operator (`<@`, `@@`), and `@>` never starts a name.
+TOKEN = re.compile(
+    r"""'(?:[^']|'')*'|"[^"]*"|--[^\n]*|/\*.*?\*/|\$([A-Za-z_]\w*)?\$.*?\$\1\$|::"""
+    r"""|(?<![<@\w])@([a-z_][a-z0-9_]*)|\$(\d+)""",
+    re.DOTALL,
+)
 
 # Which class binds each file (one per file).
 _BOUND: dict[str, str] = {}
@@ -53,16 +72,87 @@ _BOUND: dict[str, str] = {}
 
 class QueryFileError(Exception):
     """A query file that cannot be trusted: a statement without a name or a description, a
-    name twice, or a file and the class that binds it that disagree. A programming error,
-    raised at import."""
+    name twice, a statement mixing named and numbered parameters, or a file and the class
+    that binds it that disagree. A programming error, raised at import."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A statement with its values, in the database's order: `conn.fetch(*bound)`."""
+
+    sql: str
+    args: tuple[Any, ...]
+
+    def __iter__(self) -> Iterator[Any]:
+        yield self.sql
+        yield from self.args
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One named statement: `sql` numbers its parameters as asyncpg does, `params` names them
+    in that order."""
+
+    name: str
+    sql: str
+    params: tuple[str, ...]
+
+    def values(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The values in `$n` order; a name missing or one the statement lacks raises."""
+        missing = [name for name in self.params if name not in values]
+        unknown = sorted(set(values) - set(self.params))
+        if missing or unknown:
+            takes = ", ".join(self.params) or "no parameters"
+            raise TypeError(
+                f"statement {self.name} takes {takes}: missing {', '.join(missing) or '(none)'}; "
+                f"unknown {', '.join(unknown) or '(none)'}"
+            )
+        return tuple(values[name] for name in self.params)
+
+    def __call__(self, **values: Any) -> Bound:
+        return Bound(self.sql, self.values(values))
+
+    def many(self, rows: Iterable[Mapping[str, Any]]) -> tuple[str, list[tuple[Any, ...]]]:
+        """`(sql, [values, ...])` for `executemany`."""
+        return self.sql, [self.values(row) for row in rows]
 
 
 @dataclass(frozen=True)
 class Query:
     name: str
     description: str  # the comment under the name, joined into one line
-    sql: str
-    part: bool = False  # included by another block: a piece of statements, never sent alone
+    sql: str  # as sent: named parameters translated to `$n`
+    params: tuple[str, ...] = ()  # the names of $1, $2, ... (empty: numbered or none)
+    text: str = ""  # as written in the file
+    numbered: bool = False  # written with `$n` (webhooks.sql, during the transition)
+
+    @property
+    def statement(self) -> Statement:
+        return Statement(self.name, self.sql, self.params)
+
+
+def translate(sql: str, where: str = "<text>") -> tuple[str, tuple[str, ...], bool]:
+    """`sql` with each `@name` replaced by `$n` (the same name, the same number), and the
+    names in number order, and whether it numbers parameters itself (`$n`, left as they are);
+    mixing both is refused."""
+    params: list[str] = []
+    numbered = False
+
+    def replace(match: re.Match[str]) -> str:
+        nonlocal numbered
+        if match.group(3) is not None:
+            numbered = True
+        name = match.group(2)
+        if name is None:
+            return match.group(0)
+        if name not in params:
+            params.append(name)
+        return f"${params.index(name) + 1}"
+
+    translated = TOKEN.sub(replace, sql)
+    if numbered and params:
+        raise QueryFileError(f"{where}: mixes named (@name) and numbered ($n) parameters")
+    return translated, tuple(params), numbered
 
 
 def parse(text: str, file: str = "<text>") -> dict[str, Query]:
@@ -76,40 +166,16 @@ def parse(text: str, file: str = "<text>") -> dict[str, Query]:
         if name in queries:
             raise QueryFileError(f"{file}: {name} is named twice")
         lines = block.strip("\n").splitlines()
-        comment = list(
-            itertools.takewhile(
-                lambda line: line.startswith("--") and not INCLUDE.match(line), lines
-            )
-        )
+        comment = list(itertools.takewhile(lambda line: line.startswith("--"), lines))
         description = " ".join(line.removeprefix("--").strip() for line in comment).strip()
         sql = "\n".join(lines[len(comment) :]).strip()
         if not description:
             raise QueryFileError(f"{file}: {name} has no description (a `-- ...` line under it)")
         if not sql:
             raise QueryFileError(f"{file}: {name} has no statement")
-        queries[name] = Query(name, description, sql)
-    return _with_parts(queries, file)
-
-
-def _with_parts(queries: dict[str, Query], file: str) -> dict[str, Query]:
-    """Each `-- include: part` line replaced by that block's statement text, its own includes
-    expanded: steps several statements share (the claim's variants) are written once. A block
-    that is included is a part: no class declares it, and it is never sent alone."""
-    included = {part for query in queries.values() for part in INCLUDE.findall(query.sql)}
-    unknown = sorted(included - queries.keys())
-    if unknown:
-        raise QueryFileError(f"{file}: includes {', '.join(unknown)}, which it does not name")
-
-    def expand(name: str, within: tuple[str, ...]) -> str:
-        if name in within:
-            cycle = " -> ".join((*within, name))
-            raise QueryFileError(f"{file}: {cycle}: a part includes itself")
-        return INCLUDE.sub(lambda match: expand(match.group(1), (*within, name)), queries[name].sql)
-
-    return {
-        name: Query(name, query.description, expand(name, ()), name in included)
-        for name, query in queries.items()
-    }
+        translated, params, numbered = translate(sql, f"{file}: {name}")
+        queries[name] = Query(name, description, translated, params, sql, numbered)
+    return queries
 
 
 @functools.cache
@@ -121,7 +187,8 @@ def load(file: str) -> dict[str, Query]:
 class Queries:
     """The statements of one query file, as class attributes (see the module's docstring).
 
-    A subclass passes `file=` and declares each statement it sends as `name: str`."""
+    A subclass passes `file=` and declares each statement it sends as `name: Statement` (or,
+    for a file still numbering its parameters, `name: str`)."""
 
     file: ClassVar[str]
 
@@ -129,9 +196,10 @@ class Queries:
         super().__init_subclass__(**kwargs)
         found = load(file)
         # This class's own annotations (not a base's): the statements it sends.
-        declared = list(inspect.get_annotations(cls))
-        missing = [name for name in declared if name not in found or found[name].part]
-        unused = [name for name in found if name not in declared and not found[name].part]
+        annotations = inspect.get_annotations(cls)
+        declared = list(annotations)
+        missing = [name for name in declared if name not in found]
+        unused = [name for name in found if name not in declared]
         if missing or unused:
             raise QueryFileError(
                 f"{file} and {cls.__module__}.{cls.__qualname__} disagree: "
@@ -140,10 +208,21 @@ class Queries:
             )
         if file in _BOUND:
             raise QueryFileError(f"{file} is bound by {_BOUND[file]} already")
+        raw = [name for name in declared if annotations[name] in (str, "str")]
+        named = [name for name in raw if found[name].params]
+        if named:
+            raise QueryFileError(
+                f"{file}: {', '.join(named)} name their parameters: declare them `Statement`"
+            )
+        numbered = [name for name in declared if name not in raw and found[name].numbered]
+        if numbered:
+            raise QueryFileError(
+                f"{file}: {', '.join(numbered)} number their parameters ($n): name them (@name)"
+            )
         _BOUND[file] = f"{cls.__module__}.{cls.__qualname__}"
         cls.file = file
         for name in declared:
-            setattr(cls, name, found[name].sql)
+            setattr(cls, name, found[name].sql if name in raw else found[name].statement)
 
 
 def bound_files() -> dict[str, str]:

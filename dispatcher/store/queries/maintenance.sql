@@ -4,19 +4,20 @@
 -- (from partition names it has matched, digits only); nothing else is ever formatted in.
 
 -- name: try_lock
--- Take the maintenance lock ($1) until the transaction ends, if no replica holds it; returns
+-- Take the maintenance lock (@key) until the transaction ends, if no replica holds it; returns
 -- whether it was taken.
-SELECT pg_try_advisory_xact_lock($1)
+SELECT pg_try_advisory_xact_lock(@key)
 
 -- name: ensure_partitions
--- Create the daily partitions from day $1 to day $2 that are missing; returns how many.
-SELECT dispatcher_ensure_partitions($1, $2)
+-- Create the daily partitions from day @first_day to day @last_day that are missing; returns how
+-- many.
+SELECT dispatcher_ensure_partitions(@first_day, @last_day)
 
 -- name: advance_lanes
 -- Lanes whose head left the queue otherwise than by an attempt (a give-up on disable or
--- delete): their next delivery heads them, due at $1, or the lane goes (schema.sql,
+-- delete): their next delivery heads them, due at @now, or the lane goes (functions.sql,
 -- dispatcher_advance_lanes). Lanes in use right now are left for the next run.
-SELECT dispatcher_advance_lanes(NULL, $1)
+SELECT dispatcher_advance_lanes(NULL, @now)
 
 -- name: rows_in_default
 -- How many rows sit outside every daily partition (in the default ones).
@@ -39,16 +40,16 @@ SET LOCAL lock_timeout = '5s'
 LOCK TABLE deliveries_p{day} IN ACCESS EXCLUSIVE MODE
 
 -- name: day_has_pending
--- Whether a delivery created in [$1, $2) (one day: its partition alone) is pending.
+-- Whether a delivery created in [@start, @end) (one day: its partition alone) is pending.
 SELECT EXISTS (
     SELECT 1 FROM deliveries
-    WHERE created_at >= $1 AND created_at < $2 AND status = 'pending'
+    WHERE created_at >= @start AND created_at < @end AND status = 'pending'
 )
 
 -- name: forget_queued
--- Delete the queue rows of deliveries created in [$1, $2). (Nothing pending means none; one
+-- Delete the queue rows of deliveries created in [@start, @end). (Nothing pending means none; one
 -- left by a hand edit of the history would point at nothing once the day is gone.)
-DELETE FROM delivery_queue WHERE created_at >= $1 AND created_at < $2
+DELETE FROM delivery_queue WHERE created_at >= @start AND created_at < @end
 
 -- name: drop_day
 -- Drop one day ({day}) of attempts, deliveries and events, together.

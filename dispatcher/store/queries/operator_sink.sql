@@ -14,17 +14,19 @@ LEFT JOIN webhooks w ON w.workspace_id = ws.id AND w.deleted_at IS NULL
 WHERE ws.operator
 
 -- name: insert_sink_workspace
--- The operator sink's workspace, $1 its id.
-INSERT INTO workspaces (id, name, operator) VALUES ($1, 'operator sink', true)
+-- The operator sink's workspace, @workspace_id its id.
+INSERT INTO workspaces (id, name, operator) VALUES (@workspace_id, 'operator sink', true)
 
 -- name: insert_sink_webhook
--- The operator sink's webhook: $1 id, $2 workspace, $3 URL, $4 event types, $5 secret, at $6.
+-- The operator sink's webhook: @id id, @workspace_id workspace, @url URL, @events event types,
+-- @secret secret, at @now.
 INSERT INTO webhooks (id, workspace_id, url, events, name, secret, created_at)
-VALUES ($1, $2, $3, $4, 'operator sink', $5, $6)
+VALUES (@id, @workspace_id, @url, @events, 'operator sink', @secret, @now)
 
 -- name: update_sink_webhook
--- Point the operator sink's webhook $1 at URL $2 with secret $3, hearing $4, live again.
+-- Point the operator sink's webhook @id at URL @url with secret @secret, hearing @events, live
+-- again.
 UPDATE webhooks
-SET url = $2, secret = $3, previous_secret = NULL, previous_secret_expires_at = NULL,
-    events = $4, disabled_at = NULL, disabled_reason = NULL, failing_since = NULL
-WHERE id = $1
+SET url = @url, secret = @secret, previous_secret = NULL, previous_secret_expires_at = NULL,
+    events = @events, disabled_at = NULL, disabled_reason = NULL, failing_since = NULL
+WHERE id = @id

@@ -18,43 +18,46 @@ SET LOCAL enable_seqscan = off;
 SET LOCAL enable_bitmapscan = off;
 SET LOCAL plan_cache_mode = force_generic_plan
 
--- name: lease_unflushed
--- Sent in the claim's transaction: its commit does not wait for the WAL flush. A lease that a
--- crash of Postgres loses only hands its row back, due: it is sent again, with the same
--- webhook-id (delivery is at least once), and the record of the attempt made under the lost
--- lease is dropped, as a late one is. Results are recorded with the flush: what a receiver saw
--- is never lost once recorded.
+-- name: claim_settings
+-- Sent first in the claim's transaction (one round trip): `index_walks_only`'s settings, and
+-- a commit that does not wait for the WAL flush. A lease that a crash of Postgres loses only
+-- hands its row back, due: it is sent again, with the same webhook-id (delivery is at least
+-- once), and the record of the attempt made under the lost lease is dropped, as a late one
+-- is. Results are recorded with the flush: what a receiver saw is never lost once recorded.
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+SET LOCAL plan_cache_mode = force_generic_plan;
 SET LOCAL synchronous_commit = off
 
 -- name: claim
--- Lease up to $3 due rows to engine $2, visiting the endpoints that have due work in turn (a
--- round robin over endpoint ids: up to $8 of them after the engine's cursor $7, which wraps
--- around), each taking at most its free slots (counted across every engine; $4 for an
--- endpoint without max_concurrency of its own), oldest due first, and for a rate-limited one
--- no more than the whole tokens in its bucket; of an ordering lane, only its head. However
--- deep one endpoint's backlog, every other endpoint with due work is reached within one turn of
--- the ring, and a claim reads about as many rows as it takes. $5 and $6: the endpoints ($5)
--- where this engine has $6 attempts over whose results it has not yet written (their rows
--- stay leased until the record; their slots are free: a slot is busy only while its request
--- is). A visited row whose event was expunged, or whose webhook is disabled or deleted, is
--- given up instead. A fifo endpoint is claimed by one transaction at a time (`elsewhere`).
--- Returns each leased row with all that sending it needs, its place in the deal (`deal`,
--- `ring_pos`), whether its endpoint is fifo (`serialised`: `trim_serialised` follows) and
--- its endpoint's rate limit, which granted it (`rate_limit`), and
--- on every row (one row with the rest NULL when nothing was
--- leased) the ring's last visited endpoint and how many it visited, so that the engine moves
--- its cursor on.
+-- Lease up to @limit due rows to engine @owner, visiting the endpoints that have due work in turn
+-- (a round robin over endpoint ids: up to @visits of them after the engine's cursor @cursor, which
+-- wraps around), each taking at most its free slots (counted across every engine;
+-- @default_concurrency for an endpoint without max_concurrency of its own), oldest due first, and
+-- for a rate-limited one no more than the whole tokens in its bucket; of an ordering lane, only its
+-- head. However deep one endpoint's backlog, every other endpoint with due work is reached within
+-- one turn of the ring, and a claim reads about as many rows as it takes. @done_endpoints, with
+-- @done_counts: the endpoints where this engine has that many attempts over
+-- whose results it has not yet written (their rows stay leased until the record; their slots are
+-- free: a slot is busy only while its request is). A visited row whose event was expunged, or whose
+-- webhook is disabled or deleted, is given up instead. A fifo endpoint is claimed by one
+-- transaction at a time (`elsewhere`). Returns each leased row with all that sending it needs, its
+-- place in the deal (`deal`, `ring_pos`), whether its endpoint is fifo (`serialised`:
+-- `trim_serialised` follows) and its endpoint's rate limit, which granted it (`rate_limit`), and on
+-- every row (one row with the rest NULL when nothing was leased) the ring's last visited endpoint
+-- and how many it visited, so that the engine moves its cursor on.
 WITH finishing AS (
     -- This engine's attempts that are over but not yet recorded, per endpoint: their rows
     -- are still leased (the record needs the lease), but their slots are free again. (Never
     -- more than the leases the engine holds there: it frees only its own.)
-    SELECT f.webhook_id, f.n FROM unnest($5::text[], $6::int[]) AS f(webhook_id, n)
+    SELECT f.webhook_id, f.n
+    FROM unnest(@done_endpoints::text[], @done_counts::int[]) AS f(webhook_id, n)
 ), leases AS (
     -- Requests in flight per endpoint, across every engine (its leased rows, read through
     -- the index of leased rows), but for this engine's finished ones: an endpoint's busy
     -- slots. Counted once, before the walk, and read by every step below.
     SELECT l.webhook_id,
-           count(*) - least(coalesce(min(f.n), 0), count(*) FILTER (WHERE l.lease_owner = $2))
+           count(*) - least(coalesce(min(f.n), 0), count(*) FILTER (WHERE l.lease_owner = @owner))
                AS n
     FROM delivery_queue l
     LEFT JOIN finishing f ON f.webhook_id = l.webhook_id
@@ -66,20 +69,20 @@ WITH finishing AS (
     SELECT s.webhook_id
     FROM leases s
     JOIN webhooks w ON w.id = s.webhook_id
-    WHERE s.n >= coalesce(w.max_concurrency, $4)
+    WHERE s.n >= coalesce(w.max_concurrency, @default_concurrency)
 ), limited AS (
     -- Rate-limited endpoints with no request left to start until later (webhook_rates): the
     -- claim passes their backlog by too, as a saturated one's. Read through the index: only
     -- the endpoints waiting now.
     SELECT r.webhook_id FROM webhook_rates r WHERE r.ready_at > statement_timestamp()
 ), ring AS (
-    -- The next $8 endpoints with anything queued, after $7: a loose scan of
+    -- The next @visits endpoints with anything queued, after @cursor: a loose scan of
     -- delivery_queue_webhook, one index descent per endpoint, however many rows each one has
     -- (leased, parked or due later included). Each descent lands on the endpoint's earliest
     -- due time (the index's order within an endpoint): whether it has due work comes with it.
     WITH RECURSIVE ring(webhook_id, first_due, pos) AS (
         (SELECT q.webhook_id, q.due_at, 1 FROM delivery_queue q
-         WHERE q.webhook_id > $7
+         WHERE q.webhook_id > @cursor
          ORDER BY q.webhook_id, q.due_at LIMIT 1)
         UNION ALL
         SELECT next.webhook_id, next.due_at, ring.pos + 1
@@ -89,7 +92,7 @@ WITH finishing AS (
             WHERE q.webhook_id > ring.webhook_id
             ORDER BY q.webhook_id, q.due_at LIMIT 1
         ) next
-        WHERE ring.pos < $8
+        WHERE ring.pos < @visits
     )
     SELECT webhook_id, first_due, pos FROM ring
 ), elsewhere AS MATERIALIZED (
@@ -104,7 +107,7 @@ WITH finishing AS (
     SELECT v.webhook_id
     FROM ring v
     JOIN webhooks w ON w.id = v.webhook_id
-    WHERE CASE WHEN w.ordering = 'fifo' AND v.first_due <= $1
+    WHERE CASE WHEN w.ordering = 'fifo' AND v.first_due <= @now
                     AND v.webhook_id NOT IN (SELECT webhook_id FROM saturated)
                     AND v.webhook_id NOT IN (SELECT webhook_id FROM limited)
                THEN NOT pg_try_advisory_xact_lock(hashtext('dispatcher_fifo_claim'),
@@ -113,18 +116,18 @@ WITH finishing AS (
           END
 ), due AS (
     -- Each visited endpoint's due rows, oldest first, as many as its free slots; of those, at
-    -- most $3. Saturated and rate-limited endpoints are passed by. Rows another engine is
-    -- claiming right now are skipped, not waited for. A fifo endpoint's are read up to $3:
+    -- most @limit. Saturated and rate-limited endpoints are passed by. Rows another engine is
+    -- claiming right now are skipped, not waited for. A fifo endpoint's are read up to @limit:
     -- all but its lanes' heads are parked below, in bulk rather than a few per claim.
     SELECT q.delivery_id, q.webhook_id, q.due_at, q.is_test, q.expunged, q.lane,
            mine.k AS deal, v.pos AS ring_pos
     FROM ring v
-    JOIN webhooks w ON w.id = v.webhook_id AND v.first_due <= $1
+    JOIN webhooks w ON w.id = v.webhook_id AND v.first_due <= @now
     LEFT JOIN leases s ON s.webhook_id = v.webhook_id
     -- What a claim deals each visited endpoint with due work, at most: a row more than an
-    -- even share of $3 (the deal stops at $3 anyway: no more is read than it may take).
+    -- even share of @limit (the deal stops at @limit anyway: no more is read than it may take).
     CROSS JOIN (
-        SELECT (1 + $3 / greatest(count(*), 1))::int AS rows FROM ring WHERE first_due <= $1
+        SELECT (1 + @limit / greatest(count(*), 1))::int AS rows FROM ring WHERE first_due <= @now
     ) share
     CROSS JOIN LATERAL (
         -- (Numbered after the LIMIT: a window over the scan itself would read the backlog.)
@@ -132,23 +135,24 @@ WITH finishing AS (
         FROM (
             SELECT m.delivery_id, m.due_at
             FROM delivery_queue m
-            WHERE m.webhook_id = v.webhook_id AND m.due_at <= $1
+            WHERE m.webhook_id = v.webhook_id AND m.due_at <= @now
             ORDER BY m.due_at
-            LIMIT CASE WHEN w.ordering = 'fifo' THEN $3
-                       ELSE greatest(least(coalesce(w.max_concurrency, $4) - coalesce(s.n, 0),
+            LIMIT CASE WHEN w.ordering = 'fifo' THEN @limit
+                       ELSE greatest(least(coalesce(w.max_concurrency, @default_concurrency)
+                                               - coalesce(s.n, 0),
                                            share.rows), 0)
                   END
         ) first
     ) mine
     JOIN delivery_queue q ON q.delivery_id = mine.delivery_id
-    WHERE q.due_at <= $1
+    WHERE q.due_at <= @now
       AND v.webhook_id NOT IN (SELECT webhook_id FROM saturated)
       AND v.webhook_id NOT IN (SELECT webhook_id FROM limited)
       AND v.webhook_id NOT IN (SELECT webhook_id FROM elsewhere)
     -- Dealt round the visited endpoints, a row each in turn: when the claim holds fewer rows
     -- than the endpoints' free slots, each gets its share and the turn moves on.
     ORDER BY mine.k, v.pos
-    LIMIT $3
+    LIMIT @limit
     FOR UPDATE OF q SKIP LOCKED
 -- Ordered delivery (delivery_lanes in schema.sql): what the claim does with the fifo rows it
 -- walked (`lane` not NULL; none in the common case, and then these steps read nothing).
@@ -208,7 +212,7 @@ WITH finishing AS (
     -- A head named so may have been parked: it is due now. (Parked: `due_at` infinite, read
     -- off the row found by its id; as an index condition it would walk every parked row.)
     UPDATE delivery_queue q
-    SET due_at = $1
+    SET due_at = @now
     FROM heads
     WHERE heads.named AND q.delivery_id = heads.head_id
       AND NOT isfinite(q.due_at) AND q.lease_owner IS NULL
@@ -229,9 +233,14 @@ WITH finishing AS (
     SELECT q.delivery_id, q.webhook_id, q.due_at, w.rate_limit, q.deal, q.ring_pos,
            row_number() OVER (PARTITION BY q.webhook_id
                               ORDER BY q.due_at, q.delivery_id) AS rank,
-           coalesce(w.max_concurrency, $4) - coalesce(busy.n, 0) AS free,
--- include: stop_reason
-           AS stopped
+           coalesce(w.max_concurrency, @default_concurrency) - coalesce(busy.n, 0) AS free,
+           -- Why the row is given up instead of attempted (NULL: it goes on), in the words
+           -- its last error gets; the record's `stop` gives a retry up for the same reasons
+           -- (tests/store/test_queries.py checks they agree).
+           CASE WHEN q.expunged THEN 'expunged'
+                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+                WHEN w.disabled_at IS NOT NULL AND NOT q.is_test THEN 'webhook disabled'
+           END AS stopped
     FROM due q
     JOIN webhooks w ON w.id = q.webhook_id
     LEFT JOIN leases busy ON busy.webhook_id = q.webhook_id
@@ -282,7 +291,7 @@ WITH finishing AS (
 ), leased AS (
     -- The lease: out of the due walk until the record (or a release) puts it back.
     UPDATE delivery_queue q
-    SET lease_owner = $2, due_at = 'infinity'
+    SET lease_owner = @owner, due_at = 'infinity'
     FROM ranked LEFT JOIN buckets ON buckets.webhook_id = ranked.webhook_id, webhooks w, events e
     WHERE q.delivery_id = ranked.delivery_id
       AND ranked.stopped IS NULL
@@ -293,7 +302,8 @@ WITH finishing AS (
       AND e.created_at = q.created_at
     RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
               e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
-              w.previous_secret_expires_at, coalesce(w.max_concurrency, $4) AS max_concurrency,
+              w.previous_secret_expires_at,
+              coalesce(w.max_concurrency, @default_concurrency) AS max_concurrency,
               q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
               w.secret_headers, q.lane IS NOT NULL AS in_lane,
               w.ordering = 'fifo' AS serialised, ranked.rate_limit, ranked.deal,
@@ -305,25 +315,27 @@ FROM (SELECT max(webhook_id) AS webhook_id, count(*) AS visited FROM ring) ring_
 LEFT JOIN leased ON true
 
 -- name: trim_serialised
--- Sent after a claim that leased rows of fifo endpoints, in its transaction, so under their
--- locks (`elsewhere` above), with a snapshot of its own: taken after those locks, so it sees
--- every lease committed by the claims that held them before. The claim counted the slots from
--- its own snapshot, which may predate the last holder's commit; here, per endpoint, the rows
--- it leased beyond the free slots (counted as the claim counts them: $4 and $5 this engine's
--- finished attempts; $6 the default limit) are handed back, newest first, due again when they
--- were ($2, $3: each row leased and its due time). $1 the engine. Returns the rows handed
--- back. Exact: only a claim holding an endpoint's lock adds leases there.
+-- Sent after a claim that leased rows of fifo endpoints, in its transaction, so under their locks
+-- (`elsewhere` above), with a snapshot of its own: taken after those locks, so it sees every lease
+-- committed by the claims that held them before. The claim counted the slots from its own snapshot,
+-- which may predate the last holder's commit; here, per endpoint, the rows it leased beyond the
+-- free slots (counted as the claim counts them: @done_endpoints and @done_counts this engine's
+-- finished attempts; @default_concurrency the default limit) are handed back, newest first, due
+-- again when they were (@delivery_ids, @due_at: each row leased and its due time). @owner the
+-- engine. Returns the rows handed back. Exact: only a claim holding an endpoint's lock adds leases
+-- there.
 WITH mine AS (
     SELECT m.delivery_id, m.due_at, q.webhook_id
-    FROM unnest($2::text[], $3::timestamptz[]) AS m(delivery_id, due_at)
-    JOIN delivery_queue q ON q.delivery_id = m.delivery_id AND q.lease_owner = $1
+    FROM unnest(@delivery_ids::text[], @due_at::timestamptz[]) AS m(delivery_id, due_at)
+    JOIN delivery_queue q ON q.delivery_id = m.delivery_id AND q.lease_owner = @owner
 ), busy AS (
     -- Requests in flight at those endpoints, as `leases` in the claim counts them.
     SELECT l.webhook_id,
-           count(*) - least(coalesce(min(f.n), 0), count(*) FILTER (WHERE l.lease_owner = $1))
+           count(*) - least(coalesce(min(f.n), 0), count(*) FILTER (WHERE l.lease_owner = @owner))
                AS n
     FROM delivery_queue l
-    LEFT JOIN unnest($4::text[], $5::int[]) AS f(webhook_id, n) ON f.webhook_id = l.webhook_id
+    LEFT JOIN unnest(@done_endpoints::text[], @done_counts::int[]) AS f(webhook_id, n)
+           ON f.webhook_id = l.webhook_id
     WHERE l.lease_owner IS NOT NULL AND l.webhook_id IN (SELECT webhook_id FROM mine)
     GROUP BY l.webhook_id
 ), excess AS (
@@ -333,42 +345,49 @@ WITH mine AS (
           FROM mine) m
     JOIN busy b ON b.webhook_id = m.webhook_id
     JOIN webhooks w ON w.id = m.webhook_id
-    WHERE m.k <= b.n - coalesce(w.max_concurrency, $6)
+    WHERE m.k <= b.n - coalesce(w.max_concurrency, @default_concurrency)
 )
 UPDATE delivery_queue q
 SET lease_owner = NULL, due_at = excess.due_at
 FROM excess
-WHERE q.delivery_id = excess.delivery_id AND q.lease_owner = $1
+WHERE q.delivery_id = excess.delivery_id AND q.lease_owner = @owner
 RETURNING q.delivery_id
 
 -- name: record
--- Write a batch of attempts' results, one element per result in each array: $1 the delivery,
--- $2 its status as decided, $3 the response status, $4 the response time (ms), $5 the last
--- error, $6 when it was delivered, $7 when it is retried, $8 the delivery's attempts when
--- claimed, $10 when the attempt started, $11 its outcome, $12 the answer's first bytes; $9 the
--- engine that holds the leases. Only the attempts $9 still holds are written (a late result is
--- dropped): the attempt log, the queue row (settled: gone; retried: due again, unleased) and the
--- delivery. Returns each delivery written, with `stop` (why a retry was given up instead, if it
--- was) and what its operational events need.
+-- Write a batch of attempts' results, one element per result in each array: @ids the
+-- deliveries, @statuses their statuses as decided, @response_statuses, @response_ms (the
+-- response times), @last_errors, @delivered_at, @next_attempt_at (when each is retried),
+-- @attempts_before (each delivery's attempts when claimed), @started_at (when each attempt
+-- started), @outcomes, @response_bodies (the answers' first bytes). Only the attempts engine
+-- @owner still holds are written (a late result is dropped): the attempt log, the queue row
+-- (settled: gone; retried: due again, unleased) and the delivery. Returns each delivery
+-- written, with `stop` (why a retry was given up instead, if it was) and what its operational
+-- events need.
 WITH r AS (
     SELECT *
-    FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::timestamptz[],
-                $7::timestamptz[], $8::int[], $10::timestamptz[], $11::text[], $12::text[])
+    FROM unnest(@ids::text[], @statuses::text[], @response_statuses::int[],
+                @response_ms::int[], @last_errors::text[], @delivered_at::timestamptz[],
+                @next_attempt_at::timestamptz[], @attempts_before::int[],
+                @started_at::timestamptz[], @outcomes::text[], @response_bodies::text[])
          AS r(id, status, response_status, response_ms, last_error, delivered_at,
               next_attempt_at, attempts_before, started_at, outcome, response_body)
 ), held AS (
     -- Only results of attempts this engine still holds: a late one (its lease was handed
     -- back, the row claimed again or settled) is dropped.
     SELECT q.delivery_id, q.created_at, q.webhook_id, q.trigger, q.expunged, r.*,
--- include: stop_reason
-           AS stop
+           -- Given up for the claim's reasons (its `stopped`): expunged, webhook deleted or
+           -- disabled (a test is sent to a disabled webhook even so).
+           CASE WHEN q.expunged THEN 'expunged'
+                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
+                WHEN w.disabled_at IS NOT NULL AND NOT q.is_test THEN 'webhook disabled'
+           END AS stop
     FROM r
     JOIN delivery_queue q ON q.delivery_id = r.id
     JOIN webhooks w ON w.id = q.webhook_id
     -- (IS NOT DISTINCT FROM: not an index condition, so the rows are found from the results
     -- by primary key, never by walking every lease, whatever the statistics say.) Locked in
     -- id order, as an expunge locks its event's rows (store/expunge.py): never a deadlock.
-    WHERE q.lease_owner IS NOT DISTINCT FROM $9 AND q.attempts = r.attempts_before
+    WHERE q.lease_owner IS NOT DISTINCT FROM @owner AND q.attempts = r.attempts_before
     ORDER BY q.delivery_id
     FOR UPDATE OF q
 ), final AS (
@@ -429,66 +448,59 @@ RETURNING d.id, d.status, d.created_at, f.stop, d.workspace_id, d.event_id, d.ev
                               AND a.attempt_number < d.attempts AND a.outcome <> 'success')
           END AS failed_before
 
--- name: stop_reason
--- Why queue row `q` (of webhook `w`) is given up instead of attempted, in the words its
--- delivery's last error gets; NULL: it goes on. Its event was expunged, or its webhook deleted
--- or disabled (a test is sent to a disabled webhook even so). The claim gives up a row it walks
--- for these reasons, the record a retry.
-           CASE WHEN q.expunged THEN 'expunged'
-                WHEN w.deleted_at IS NOT NULL THEN 'webhook deleted'
-                WHEN w.disabled_at IS NOT NULL AND NOT q.is_test THEN 'webhook disabled'
-           END
-
 -- name: update_failure_clocks
 -- Execute the failure clocks' changes (`outcomes.ClockChange`), one element per webhook in each
--- array, in id order: $1 the webhook; $2 a reset (set the clock to $3: the first failure after
--- the last success, or NULL), else a start (set it to $3 only when it is not running).
+-- array, in id order: @webhook_ids the webhook; @resets a reset (set the clock to @failing_since:
+-- the first failure after the last success, or NULL), else a start (set it to @failing_since only
+-- when it is not running).
 UPDATE webhooks w
 SET failing_since = CASE WHEN u.reset THEN u.fail_start
                          ELSE coalesce(w.failing_since, u.fail_start) END
-FROM unnest($1::text[], $2::bool[], $3::timestamptz[]) AS u(id, reset, fail_start)
+FROM unnest(@webhook_ids::text[], @resets::bool[], @failing_since::timestamptz[])
+     AS u(id, reset, fail_start)
 WHERE w.id = u.id
   -- Only rows whose clock really changes: a healthy endpoint's row is not rewritten per flush.
   AND w.failing_since IS DISTINCT FROM
       (CASE WHEN u.reset THEN u.fail_start ELSE coalesce(w.failing_since, u.fail_start) END)
 
 -- name: lock_webhooks
--- Lock webhooks $1 for the record's changes (failure clocks, disabling), in id order, before
+-- Lock webhooks @ids for the record's changes (failure clocks, disabling), in id order, before
 -- any of them is written: the record's own statements then lock none it does not hold, so two
 -- records (or a record and a change through the API, which locks its one webhook first) never
 -- wait for each other in a circle. FOR NO KEY UPDATE: what an UPDATE of them takes anyway.
-SELECT id FROM webhooks WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
+SELECT id FROM webhooks WHERE id = ANY(@ids::text[]) ORDER BY id FOR NO KEY UPDATE
 
 -- name: read_failure_clocks
--- The failure clock (`failing_since`) of each of webhooks $1, as the record's transaction has
--- just set it.
-SELECT id, failing_since FROM webhooks WHERE id = ANY($1::text[])
+-- The failure clock (`failing_since`) of each of webhooks @maybe_failing, as the record's
+-- transaction has just set it.
+SELECT id, failing_since FROM webhooks WHERE id = ANY(@maybe_failing::text[])
 
 -- name: advance_lanes
--- Move on the lanes whose head is among the deliveries $1 a record has just settled: their next
--- delivery heads them, due at $2, or the lane goes (schema.sql, dispatcher_advance_lanes).
-SELECT dispatcher_advance_lanes($1::text[], $2)
+-- Move on the lanes whose head is among the deliveries @settled_heads a record has just settled:
+-- their next delivery heads them, due at @now, or the lane goes (functions.sql,
+-- dispatcher_advance_lanes).
+SELECT dispatcher_advance_lanes(@settled_heads::text[], @now)
 
 -- name: release
--- Hand back engine $2's leases of deliveries $1, which it will not attempt (shutdown): due at
--- $3. Returns (as its status) how many.
-UPDATE delivery_queue SET lease_owner = NULL, due_at = $3
-WHERE delivery_id = ANY($1::text[]) AND lease_owner = $2
+-- Hand back engine @owner's leases of deliveries @delivery_ids, which it will not attempt
+-- (shutdown): due at @now. Returns (as its status) how many.
+UPDATE delivery_queue SET lease_owner = NULL, due_at = @now
+WHERE delivery_id = ANY(@delivery_ids::text[]) AND lease_owner = @owner
 
 -- name: release_unheld
--- Hand back engine $1's leases of every delivery but $2 (those it is attempting, or whose
+-- Hand back engine @owner's leases of every delivery but @held (those it is attempting, or whose
 -- results it still has to write): leases it holds without knowing, from a claim that committed
--- but whose answer never came back (a connection cut). Due at $3. Returns (as its status) how
+-- but whose answer never came back (a connection cut). Due at @now. Returns (as its status) how
 -- many. Through the partial index of leased rows.
-UPDATE delivery_queue SET lease_owner = NULL, due_at = $3
-WHERE lease_owner = $1 AND delivery_id <> ALL($2::text[])
+UPDATE delivery_queue SET lease_owner = NULL, due_at = @now
+WHERE lease_owner = @owner AND delivery_id <> ALL(@held::text[])
 
 -- name: beat
--- Say engine $1 is alive, now (database time); returns whether it was not known as alive
+-- Say engine @owner is alive, now (database time); returns whether it was not known as alive
 -- before this beat (a new row rather than an update). A statement of its own, on the engine's
 -- own row only: no other engine's locks stand in its way (the take-over below is apart, so a
 -- stalled engine's locks can never stop a live one from beating).
-INSERT INTO dispatcher_engines (owner) VALUES ($1)
+INSERT INTO dispatcher_engines (owner) VALUES (@owner)
 ON CONFLICT (owner) DO UPDATE SET beat_at = now()
 RETURNING (xmax = 0) AS registered
 
@@ -499,9 +511,9 @@ RETURNING (xmax = 0) AS registered
 SET LOCAL lock_timeout = '200ms'
 
 -- name: take_over
--- Forget the engines silent for longer than $1 seconds, and hand back their leases, and any
--- whose owner is not a live engine: due at $2. Returns each lease handed back, with the engine
--- that held it. Nothing here waits for another transaction: a row that one holds (a stalled
+-- Forget the engines silent for longer than @dead_after seconds, and hand back their leases, and
+-- any whose owner is not a live engine: due at @now. Returns each lease handed back, with the
+-- engine that held it. Nothing here waits for another transaction: a row that one holds (a stalled
 -- engine's transaction, its backend "idle in transaction" until Postgres ends it after
 -- idle_in_transaction_session_timeout, database.engine_session) is left for a later beat.
 WITH dead AS (
@@ -509,7 +521,7 @@ WITH dead AS (
     -- A row being written (its engine beating right now) is alive: skipped.
     DELETE FROM dispatcher_engines
     WHERE owner IN (SELECT e.owner FROM dispatcher_engines e
-                    WHERE e.beat_at < now() - make_interval(secs => $1)
+                    WHERE e.beat_at < now() - make_interval(secs => @dead_after)
                     FOR UPDATE SKIP LOCKED)
 ), orphaned AS (
     -- Every lease whose owner is not a live engine, through the index of leased rows; a row
@@ -519,43 +531,43 @@ WITH dead AS (
     WHERE q.lease_owner IS NOT NULL
       AND NOT EXISTS (
           SELECT 1 FROM dispatcher_engines e
-          WHERE e.owner = q.lease_owner AND e.beat_at >= now() - make_interval(secs => $1)
+          WHERE e.owner = q.lease_owner AND e.beat_at >= now() - make_interval(secs => @dead_after)
       )
     FOR UPDATE OF q SKIP LOCKED
 )
 -- Their leases go back: due at once.
 UPDATE delivery_queue q
-SET lease_owner = NULL, due_at = $2
+SET lease_owner = NULL, due_at = @now
 FROM orphaned o
 WHERE q.delivery_id = o.delivery_id
 RETURNING o.lease_owner AS owner
 
 -- name: forget_engine
--- Forget engine $1 (at the end of a clean stop).
-DELETE FROM dispatcher_engines WHERE owner = $1
+-- Forget engine @owner (at the end of a clean stop).
+DELETE FROM dispatcher_engines WHERE owner = @owner
 
 -- name: release_held
--- Hand back every lease engine $1 still holds (results it could not write): due at $2. Returns
--- (as its status) how many.
-UPDATE delivery_queue SET lease_owner = NULL, due_at = $2 WHERE lease_owner = $1
+-- Hand back every lease engine @owner still holds (results it could not write): due at @now.
+-- Returns (as its status) how many.
+UPDATE delivery_queue SET lease_owner = NULL, due_at = @now WHERE lease_owner = @owner
 
 -- name: due_summary
--- How many rows are due at $1 (counted up to $2), and the oldest due time: through the due
+-- How many rows are due at @now (counted up to @cap), and the oldest due time: through the due
 -- index, capped so that a huge backlog stays cheap to gauge.
 SELECT count(*) AS n, min(due_at) AS oldest FROM (
-    SELECT due_at FROM delivery_queue WHERE due_at <= $1
-    ORDER BY due_at LIMIT $2) due
+    SELECT due_at FROM delivery_queue WHERE due_at <= @now
+    ORDER BY due_at LIMIT @cap) due
 
 -- name: held_summary
--- What waits for its endpoint rather than for an engine, at $1: for each endpoint with queued
--- rows (a loose scan of delivery_queue_webhook, one descent per endpoint, at most $2 of them,
--- in id order), its oldest due time when it has due work, and why no engine may take that
+-- What waits for its endpoint rather than for an engine, at @now: for each endpoint with queued
+-- rows (a loose scan of delivery_queue_webhook, one descent per endpoint, at most @endpoints_cap of
+-- them, in id order), its oldest due time when it has due work, and why no engine may take that
 -- work now: 'rate_limit' when its bucket was taken from within the last second (engines are
--- draining it at its rate; a bucket left untouched longer means nobody claims), else
--- 'concurrency' when every slot is leased, else NULL (an engine would claim it). Returns, per
--- reason (NULL: none), how many endpoints, their due rows (counted up to $4 per endpoint)
--- and the oldest due time; plus one row 'fifo': the rows parked behind their lane's head
--- (up to $4). $3: the concurrency of an endpoint without max_concurrency.
+-- draining it at its rate; a bucket left untouched longer means nobody claims), else 'concurrency'
+-- when every slot is leased, else NULL (an engine would claim it). Returns, per reason (NULL:
+-- none), how many endpoints, their due rows (counted up to @due_cap per endpoint) and the oldest
+-- due time; plus one row 'fifo': the rows parked behind their lane's head (up to @due_cap).
+-- @default_concurrency: the concurrency of an endpoint without max_concurrency.
 WITH RECURSIVE ring (webhook_id, first_due, n) AS (
     (SELECT q.webhook_id, q.due_at, 1 FROM delivery_queue q
      ORDER BY q.webhook_id, q.due_at LIMIT 1)
@@ -567,41 +579,43 @@ WITH RECURSIVE ring (webhook_id, first_due, n) AS (
         WHERE q.webhook_id > ring.webhook_id
         ORDER BY q.webhook_id, q.due_at LIMIT 1
     ) next
-    WHERE ring.n < $2
+    WHERE ring.n < @endpoints_cap
 ), judged AS (
     SELECT v.webhook_id, v.first_due,
            CASE WHEN EXISTS (SELECT 1 FROM webhook_rates r
                              WHERE r.webhook_id = v.webhook_id
-                               AND r.ready_at > $1::timestamptz - interval '1 second')
+                               AND r.ready_at > @now::timestamptz - interval '1 second')
                      AND w.rate_limit IS NOT NULL THEN 'rate_limit'
                 WHEN (SELECT count(*) FROM delivery_queue l
                       WHERE l.webhook_id = v.webhook_id AND l.lease_owner IS NOT NULL)
-                     >= coalesce(w.max_concurrency, $3) THEN 'concurrency'
+                     >= coalesce(w.max_concurrency, @default_concurrency) THEN 'concurrency'
            END AS reason
     FROM ring v
     LEFT JOIN webhooks w ON w.id = v.webhook_id
-    WHERE v.first_due <= $1
+    WHERE v.first_due <= @now
 )
 SELECT j.reason, count(*) AS endpoints, min(j.first_due) AS oldest,
        sum(CASE WHEN j.reason IS NULL THEN 0 ELSE (
            SELECT count(*) FROM (SELECT 1 FROM delivery_queue m
-                                 WHERE m.webhook_id = j.webhook_id AND m.due_at <= $1
-                                 LIMIT $4) c) END) AS rows
+                                 WHERE m.webhook_id = j.webhook_id AND m.due_at <= @now
+                                 LIMIT @due_cap) c) END) AS rows
 FROM judged j
 GROUP BY j.reason
 UNION ALL
 SELECT 'fifo', NULL, NULL, count(*) FROM (
     SELECT 1 FROM delivery_queue p
     WHERE p.due_at = 'infinity' AND p.lease_owner IS NULL AND p.lane IS NOT NULL
-    LIMIT $4) parked
+    LIMIT @due_cap) parked
 
 -- name: any_due
--- Whether any unleased row is due at $1, reading one index entry: the probe an idle engine sends
+-- Whether any unleased row is due at @now, reading one index entry: the probe an idle engine sends
 -- often, so that a delivery made due by any door (even the SQL outbox) starts at once.
-SELECT EXISTS (SELECT 1 FROM delivery_queue WHERE due_at <= $1 AND lease_owner IS NULL)
+SELECT EXISTS (SELECT 1 FROM delivery_queue WHERE due_at <= @now AND lease_owner IS NULL)
 
 -- name: watch_due
--- The poller's wait (dispatcher_watch_due in schema.sql): what is due once it differs from what
--- the poller saw last ($1 rows, $2 the newest due time), or after $5 seconds, probing every $4
--- seconds at the database's clock plus $3; counting at most the newest $6 due rows.
-SELECT due, newest FROM dispatcher_watch_due($1, $2, $3, $4, $5, $6)
+-- The poller's wait (dispatcher_watch_due in functions.sql): what is due once it differs from what
+-- the poller saw last (@due rows, @newest the newest due time), or after @for_seconds seconds,
+-- probing every @probe_seconds seconds at the database's clock plus @skew; counting at most the
+-- newest @cap due rows.
+SELECT due, newest
+FROM dispatcher_watch_due(@due, @newest, @skew, @probe_seconds, @for_seconds, @cap)

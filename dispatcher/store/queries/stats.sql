@@ -7,23 +7,26 @@
 -- statements below, and tests/store/test_queries.py checks them against the domain.
 
 -- name: record_batch
--- Add a batch's tallies to engine $14's rows of the rollups: minute tallies to
+-- Add a batch's tallies to engine @engine's rows of the rollups: minute tallies to
 -- webhook_stats_minutes, hour tallies to webhook_stats_hours, in key order. One element per
--- tally in each array: $1 its span ('minute' or 'hour'), $2 the webhook, $3 the span's start,
--- $4..$8 the attempts by outcome (success, http_error, timeout, connection_error, blocked), $9
--- and $10 the deliveries settled delivered and failed, $11 and $12 the start of the latest
--- success and failure, $13 the response-time histogram as an array literal (NULL: none
--- answered). Counts add up; histograms bucket by bucket, spelled out (ARRAY[r.h[1] + x.h[1],
--- ...]: a few microseconds a row, where unnest-and-aggregate costs ten times as much on the
--- record path); the latest success and failure keep the later.
+-- tally in each array: @spans ('minute' or 'hour'), @webhook_ids, @starts_at (each span's
+-- start), the attempts by outcome (@success, @http_error, @timeout, @connection_error,
+-- @blocked), the deliveries settled (@delivered, @failed), the start of the latest success
+-- and failure (@last_success_at, @last_failure_at), and @histograms, each response-time
+-- histogram as an array literal (NULL: none answered). Counts add up; histograms bucket by
+-- bucket, spelled out (ARRAY[r.h[1] + x.h[1], ...]: a few microseconds a row, where
+-- unnest-and-aggregate costs ten times as much on the record path); the latest success and
+-- failure keep the later.
 WITH tally AS (
     SELECT t.span, t.webhook_id, t.starts_at,
            t.success, t.http_error, t.timeout, t.connection_error, t.blocked,
            t.delivered, t.failed, t.last_success_at, t.last_failure_at,
            t.histogram::integer[] AS response_ms
-    FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::int[], $5::int[], $6::int[],
-                $7::int[], $8::int[], $9::int[], $10::int[], $11::timestamptz[],
-                $12::timestamptz[], $13::text[])
+    FROM unnest(@spans::text[], @webhook_ids::text[], @starts_at::timestamptz[],
+                @success::int[], @http_error::int[], @timeout::int[],
+                @connection_error::int[], @blocked::int[], @delivered::int[], @failed::int[],
+                @last_success_at::timestamptz[], @last_failure_at::timestamptz[],
+                @histograms::text[])
          AS t(span, webhook_id, starts_at,
               success, http_error, timeout, connection_error, blocked, delivered, failed,
               last_success_at, last_failure_at, histogram)
@@ -34,34 +37,12 @@ WITH tally AS (
         response_ms, engine)
     SELECT webhook_id, starts_at,
            success, http_error, timeout, connection_error, blocked, delivered, failed,
-           response_ms, $14
+           response_ms, @engine
     FROM tally WHERE span = 'minute'
-    -- Each engine ($14) adds to rows of its own: engines never wait on one another here.
+    -- Each engine (@engine) adds to rows of its own: engines never wait on one another here.
     ORDER BY webhook_id, starts_at
     ON CONFLICT (webhook_id, minute, engine) DO UPDATE
     SET
--- include: add_tallies
-)
-INSERT INTO webhook_stats_hours AS r (
-    webhook_id, hour,
-    success, http_error, timeout, connection_error, blocked, delivered, failed,
-    response_ms, last_success_at, last_failure_at, engine)
-SELECT webhook_id, starts_at,
-       success, http_error, timeout, connection_error, blocked, delivered, failed,
-       response_ms, last_success_at, last_failure_at, $14
-FROM tally WHERE span = 'hour'
--- Each engine ($14) adds to rows of its own: engines never wait on one another here.
-ORDER BY webhook_id, starts_at
-ON CONFLICT (webhook_id, hour, engine) DO UPDATE
-SET
--- include: add_tallies
-    , last_success_at = greatest(r.last_success_at, excluded.last_success_at),
-    last_failure_at = greatest(r.last_failure_at, excluded.last_failure_at)
-
--- name: add_tallies
--- What an upsert of `record_batch` adds to a rollup row, in the minutes and the hours alike:
--- counts add up; histograms bucket by bucket, spelled out (a few microseconds a row, where
--- unnest-and-aggregate costs ten times as much on the record path).
     success = r.success + excluded.success,
     http_error = r.http_error + excluded.http_error,
     timeout = r.timeout + excluded.timeout,
@@ -178,29 +159,161 @@ SET
             r.response_ms[103] + excluded.response_ms[103]
         ]
     END
+)
+INSERT INTO webhook_stats_hours AS r (
+    webhook_id, hour,
+    success, http_error, timeout, connection_error, blocked, delivered, failed,
+    response_ms, last_success_at, last_failure_at, engine)
+SELECT webhook_id, starts_at,
+       success, http_error, timeout, connection_error, blocked, delivered, failed,
+       response_ms, last_success_at, last_failure_at, @engine
+FROM tally WHERE span = 'hour'
+-- Each engine (@engine) adds to rows of its own: engines never wait on one another here.
+ORDER BY webhook_id, starts_at
+ON CONFLICT (webhook_id, hour, engine) DO UPDATE
+SET
+    success = r.success + excluded.success,
+    http_error = r.http_error + excluded.http_error,
+    timeout = r.timeout + excluded.timeout,
+    connection_error = r.connection_error + excluded.connection_error,
+    blocked = r.blocked + excluded.blocked,
+    delivered = r.delivered + excluded.delivered,
+    failed = r.failed + excluded.failed,
+    response_ms = CASE
+        WHEN r.response_ms IS NULL THEN excluded.response_ms
+        WHEN excluded.response_ms IS NULL THEN r.response_ms
+        ELSE ARRAY[  -- bucket by bucket, 1 to 103
+            r.response_ms[1] + excluded.response_ms[1],
+            r.response_ms[2] + excluded.response_ms[2],
+            r.response_ms[3] + excluded.response_ms[3],
+            r.response_ms[4] + excluded.response_ms[4],
+            r.response_ms[5] + excluded.response_ms[5],
+            r.response_ms[6] + excluded.response_ms[6],
+            r.response_ms[7] + excluded.response_ms[7],
+            r.response_ms[8] + excluded.response_ms[8],
+            r.response_ms[9] + excluded.response_ms[9],
+            r.response_ms[10] + excluded.response_ms[10],
+            r.response_ms[11] + excluded.response_ms[11],
+            r.response_ms[12] + excluded.response_ms[12],
+            r.response_ms[13] + excluded.response_ms[13],
+            r.response_ms[14] + excluded.response_ms[14],
+            r.response_ms[15] + excluded.response_ms[15],
+            r.response_ms[16] + excluded.response_ms[16],
+            r.response_ms[17] + excluded.response_ms[17],
+            r.response_ms[18] + excluded.response_ms[18],
+            r.response_ms[19] + excluded.response_ms[19],
+            r.response_ms[20] + excluded.response_ms[20],
+            r.response_ms[21] + excluded.response_ms[21],
+            r.response_ms[22] + excluded.response_ms[22],
+            r.response_ms[23] + excluded.response_ms[23],
+            r.response_ms[24] + excluded.response_ms[24],
+            r.response_ms[25] + excluded.response_ms[25],
+            r.response_ms[26] + excluded.response_ms[26],
+            r.response_ms[27] + excluded.response_ms[27],
+            r.response_ms[28] + excluded.response_ms[28],
+            r.response_ms[29] + excluded.response_ms[29],
+            r.response_ms[30] + excluded.response_ms[30],
+            r.response_ms[31] + excluded.response_ms[31],
+            r.response_ms[32] + excluded.response_ms[32],
+            r.response_ms[33] + excluded.response_ms[33],
+            r.response_ms[34] + excluded.response_ms[34],
+            r.response_ms[35] + excluded.response_ms[35],
+            r.response_ms[36] + excluded.response_ms[36],
+            r.response_ms[37] + excluded.response_ms[37],
+            r.response_ms[38] + excluded.response_ms[38],
+            r.response_ms[39] + excluded.response_ms[39],
+            r.response_ms[40] + excluded.response_ms[40],
+            r.response_ms[41] + excluded.response_ms[41],
+            r.response_ms[42] + excluded.response_ms[42],
+            r.response_ms[43] + excluded.response_ms[43],
+            r.response_ms[44] + excluded.response_ms[44],
+            r.response_ms[45] + excluded.response_ms[45],
+            r.response_ms[46] + excluded.response_ms[46],
+            r.response_ms[47] + excluded.response_ms[47],
+            r.response_ms[48] + excluded.response_ms[48],
+            r.response_ms[49] + excluded.response_ms[49],
+            r.response_ms[50] + excluded.response_ms[50],
+            r.response_ms[51] + excluded.response_ms[51],
+            r.response_ms[52] + excluded.response_ms[52],
+            r.response_ms[53] + excluded.response_ms[53],
+            r.response_ms[54] + excluded.response_ms[54],
+            r.response_ms[55] + excluded.response_ms[55],
+            r.response_ms[56] + excluded.response_ms[56],
+            r.response_ms[57] + excluded.response_ms[57],
+            r.response_ms[58] + excluded.response_ms[58],
+            r.response_ms[59] + excluded.response_ms[59],
+            r.response_ms[60] + excluded.response_ms[60],
+            r.response_ms[61] + excluded.response_ms[61],
+            r.response_ms[62] + excluded.response_ms[62],
+            r.response_ms[63] + excluded.response_ms[63],
+            r.response_ms[64] + excluded.response_ms[64],
+            r.response_ms[65] + excluded.response_ms[65],
+            r.response_ms[66] + excluded.response_ms[66],
+            r.response_ms[67] + excluded.response_ms[67],
+            r.response_ms[68] + excluded.response_ms[68],
+            r.response_ms[69] + excluded.response_ms[69],
+            r.response_ms[70] + excluded.response_ms[70],
+            r.response_ms[71] + excluded.response_ms[71],
+            r.response_ms[72] + excluded.response_ms[72],
+            r.response_ms[73] + excluded.response_ms[73],
+            r.response_ms[74] + excluded.response_ms[74],
+            r.response_ms[75] + excluded.response_ms[75],
+            r.response_ms[76] + excluded.response_ms[76],
+            r.response_ms[77] + excluded.response_ms[77],
+            r.response_ms[78] + excluded.response_ms[78],
+            r.response_ms[79] + excluded.response_ms[79],
+            r.response_ms[80] + excluded.response_ms[80],
+            r.response_ms[81] + excluded.response_ms[81],
+            r.response_ms[82] + excluded.response_ms[82],
+            r.response_ms[83] + excluded.response_ms[83],
+            r.response_ms[84] + excluded.response_ms[84],
+            r.response_ms[85] + excluded.response_ms[85],
+            r.response_ms[86] + excluded.response_ms[86],
+            r.response_ms[87] + excluded.response_ms[87],
+            r.response_ms[88] + excluded.response_ms[88],
+            r.response_ms[89] + excluded.response_ms[89],
+            r.response_ms[90] + excluded.response_ms[90],
+            r.response_ms[91] + excluded.response_ms[91],
+            r.response_ms[92] + excluded.response_ms[92],
+            r.response_ms[93] + excluded.response_ms[93],
+            r.response_ms[94] + excluded.response_ms[94],
+            r.response_ms[95] + excluded.response_ms[95],
+            r.response_ms[96] + excluded.response_ms[96],
+            r.response_ms[97] + excluded.response_ms[97],
+            r.response_ms[98] + excluded.response_ms[98],
+            r.response_ms[99] + excluded.response_ms[99],
+            r.response_ms[100] + excluded.response_ms[100],
+            r.response_ms[101] + excluded.response_ms[101],
+            r.response_ms[102] + excluded.response_ms[102],
+            r.response_ms[103] + excluded.response_ms[103]
+        ]
+    END
+    , last_success_at = greatest(r.last_success_at, excluded.last_success_at),
+    last_failure_at = greatest(r.last_failure_at, excluded.last_failure_at)
 
 -- name: endpoint_health
--- One endpoint's ($1) figures over a window from $2 (a minute's start), from one snapshot:
--- minute rows in [$2, $3) and from $4 on, hour rows in [$3, $4) ($3, $4: the window's whole
--- hours), every engine's rows added up; its status changes since $2; its pending deliveries;
--- the start of its latest success and failure, and since when it has been failing.
+-- One endpoint's (@webhook_id) figures over a window from @since (a minute's start), from one
+-- snapshot: minute rows in [@since, @hours_from) and from @hours_until on, hour rows in
+-- [@hours_from, @hours_until) (@hours_from, @hours_until: the window's whole hours), every engine's
+-- rows added up; its status changes since @since; its pending deliveries; the start of its latest
+-- success and failure, and since when it has been failing.
 WITH rows AS (
     -- Minute rows before the first whole hour and from the current hour on (two ranges of
     -- the primary key: the minutes in between are never read), whole hours in between.
     SELECT success, http_error, timeout, connection_error, blocked, delivered, failed,
            response_ms
     FROM webhook_stats_minutes
-    WHERE webhook_id = $1 AND minute >= $2 AND minute < $3
+    WHERE webhook_id = @webhook_id AND minute >= @since AND minute < @hours_from
     UNION ALL
     SELECT success, http_error, timeout, connection_error, blocked, delivered, failed,
            response_ms
     FROM webhook_stats_minutes
-    WHERE webhook_id = $1 AND minute >= $4
+    WHERE webhook_id = @webhook_id AND minute >= @hours_until
     UNION ALL
     SELECT success, http_error, timeout, connection_error, blocked, delivered, failed,
            response_ms
     FROM webhook_stats_hours
-    WHERE webhook_id = $1 AND hour >= $3 AND hour < $4
+    WHERE webhook_id = @webhook_id AND hour >= @hours_from AND hour < @hours_until
 ), totals AS (
     SELECT coalesce(sum(success), 0) AS success,
            coalesce(sum(http_error), 0) AS http_error,
@@ -214,37 +327,37 @@ WITH rows AS (
 ), changes AS (
     SELECT coalesce(sum(delivered), 0) AS delivered, coalesce(sum(failed), 0) AS failed
     FROM webhook_status_changes
-    WHERE webhook_id = $1 AND minute >= $2
+    WHERE webhook_id = @webhook_id AND minute >= @since
 ), latest AS (
     -- Walking back the endpoint's hours to the latest one with a success (a failure): at
     -- most the hours kept, however long ago (every engine's rows of the latest such hour).
     SELECT (SELECT max(last_success_at) FROM webhook_stats_hours
-            WHERE webhook_id = $1 AND hour = (
+            WHERE webhook_id = @webhook_id AND hour = (
                 SELECT max(hour) FROM webhook_stats_hours
-                WHERE webhook_id = $1 AND last_success_at IS NOT NULL)) AS last_success_at,
+                WHERE webhook_id = @webhook_id AND last_success_at IS NOT NULL)) AS last_success_at,
            (SELECT max(last_failure_at) FROM webhook_stats_hours
-            WHERE webhook_id = $1 AND hour = (
+            WHERE webhook_id = @webhook_id AND hour = (
                 SELECT max(hour) FROM webhook_stats_hours
-                WHERE webhook_id = $1 AND last_failure_at IS NOT NULL)) AS last_failure_at
+                WHERE webhook_id = @webhook_id AND last_failure_at IS NOT NULL)) AS last_failure_at
 )
 SELECT t.*, c.delivered AS changed_delivered, c.failed AS changed_failed,
        -- The queue holds exactly the pending deliveries: this costs the endpoint's backlog.
        (SELECT count(*) FROM delivery_queue q
-        WHERE q.webhook_id = $1 AND q.created_at >= $2) AS pending,
+        WHERE q.webhook_id = @webhook_id AND q.created_at >= @since) AS pending,
        l.last_success_at, l.last_failure_at,
        -- Failing: the run of failures started with the first attempt after the latest
        -- success (every later one failed). The attempt log is asked only then; should the
        -- run be older than the log (retention), its latest failure is what is known.
        CASE WHEN l.last_failure_at > coalesce(l.last_success_at, '-infinity') THEN
            coalesce((SELECT min(a.created_at) FROM delivery_attempts a
-                     WHERE a.webhook_id = $1
+                     WHERE a.webhook_id = @webhook_id
                        AND a.created_at > coalesce(l.last_success_at, '-infinity')),
                     l.last_failure_at)
        END AS failing_since
 FROM totals t CROSS JOIN changes c CROSS JOIN latest l
 
 -- name: attempts_per_minute
--- An endpoint's attempts per minute from $2 on, by outcome, every engine's rows added up
+-- An endpoint's attempts per minute from @since on, by outcome, every engine's rows added up
 -- (a range of the primary key: at most the minutes asked for, times the engines).
 SELECT minute,
        sum(success) AS success,
@@ -253,18 +366,18 @@ SELECT minute,
        sum(connection_error) AS connection_error,
        sum(blocked) AS blocked
 FROM webhook_stats_minutes
-WHERE webhook_id = $1 AND minute >= $2
+WHERE webhook_id = @webhook_id AND minute >= @since
 GROUP BY minute
 ORDER BY minute
 
 -- name: forget_minutes
--- Delete the minute rows of the rollup older than $1 (past their use: the hours hold them).
-DELETE FROM webhook_stats_minutes WHERE minute < $1
+-- Delete the minute rows of the rollup older than @before (past their use: the hours hold them).
+DELETE FROM webhook_stats_minutes WHERE minute < @before
 
 -- name: forget_status_changes
--- Delete the status changes counted in minutes older than $1.
-DELETE FROM webhook_status_changes WHERE minute < $1
+-- Delete the status changes counted in minutes older than @before.
+DELETE FROM webhook_status_changes WHERE minute < @before
 
 -- name: forget_hours
--- Delete the hour rows of the rollup older than $1 (past retention).
-DELETE FROM webhook_stats_hours WHERE hour < $1
+-- Delete the hour rows of the rollup older than @before (past retention).
+DELETE FROM webhook_stats_hours WHERE hour < @before

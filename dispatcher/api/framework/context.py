@@ -1,5 +1,5 @@
 """Typed application state, the credentials a route may take, and `admit`, the guard every
-route runs before its handler (api/routing.py): a workspace key with a scope (`Scope.X`), any
+route runs before its handler (framework/routing.py): a workspace key with a scope (`Scope.X`), any
 workspace key (`ANY_KEY`), the admin token (`ADMIN_TOKEN`, docs/admin.md) or none (`PUBLIC`).
 
 The two credentials never stand in for each other: a workspace key on an admin route is 403,
@@ -18,8 +18,8 @@ from typing import Any, final
 
 from aiohttp import web
 
-from dispatcher.api.http import BODY_WAITS, WORKSPACE_ID, single_header
-from dispatcher.api.query import refuse_undeclared_body
+from dispatcher.api.framework.http import BODY_WAITS, WORKSPACE_ID, single_header
+from dispatcher.api.framework.query import refuse_undeclared_body
 from dispatcher.domain.clock import Clock
 from dispatcher.domain.enums import Scope, allows
 from dispatcher.errors import Forbidden, Unauthorized
@@ -39,7 +39,7 @@ class Services:
     settings: Settings
     clock: Clock
     # The deployment's instance secret (`instance_secrets`, "cursor"): it keys list cursors,
-    # and the Idempotency-Key fingerprints' key is derived from it (api/idempotency.py).
+    # and the Idempotency-Key fingerprints' key is derived from it (api/framework/idempotency.py).
     cursor_key: bytes
     # Valid keys kept in memory while a listener hears of every key change (store/key_cache.py);
     # None looks every key up.
@@ -156,8 +156,8 @@ async def admit(request: web.Request, credential: Credential) -> tuple[Any, ...]
     """Let the caller through `credential`, or refuse; then refuse a body the route does not
     take. Answers what the handler is handed after the request: the services and the key
     (a workspace key), the services (the admin token), nothing (a public route; its body was
-    checked by the strict-input middleware already, api/query.py). A cursor of an admin list
-    is bound to the workspace in the path (none for the list of workspaces)."""
+    checked by the strict-input middleware already, framework/query.py). A cursor of an admin
+    list is bound to the workspace in the path (none for the list of workspaces)."""
     if isinstance(credential, Public):
         return ()
     if isinstance(credential, AdminToken):

@@ -1,13 +1,12 @@
-"""The OpenAPI 3.1 document of the whole API, served at `GET /v1/openapi.json`.
+"""The OpenAPI 3.1 document of routes as declared (served at `GET /v1/openapi.json` by
+api/registry.py, for every route of the API).
 
-Nothing here describes a route or a resource by hand. The routes are the handler modules'
-route tables (api/routing.py), each route as its one declaration gives it (method, path,
-credential; status, body, query, headers, answer: api/operations.py). The schemas are
-pydantic's JSON schemas of the types those declarations name: the request models
-(api/models.py) and the response TypedDicts (api/resources.py). A test checks that every route
-of the app is documented and every documented route exists. `route_inputs()` hands the same
-declarations to the middleware that refuses any query parameter or body a route does not
-take.
+Nothing here describes a route or a resource by hand. The routes are the resource modules'
+route tables (api/framework/routing.py), each route as its one declaration gives it (method,
+path, credential; status, body, query, headers, answer: api/framework/operations.py). The
+schemas are pydantic's JSON schemas of the types those declarations name: the request models
+and the response TypedDicts of the resource modules. A test checks that every route of the
+app is documented and every documented route exists.
 
 Generated clients read it (tests/api/test_generated_client.py builds one with
 openapi-python-client): every schema has a title of its own (its component name, never
@@ -17,64 +16,27 @@ a PATCH), and every rule the models enforce is stated (api/models.py, `documente
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from aiohttp import web
 from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
 from dispatcher import __version__
-from dispatcher.api import (
-    admin,
-    attempts,
-    conversations,
-    events,
-    health,
-    inbound,
-    me,
-    messages,
-    metrics,
-    stats,
-    webhooks,
-)
-from dispatcher.api.admission import EXEMPT_PATHS
-from dispatcher.api.context import PUBLIC
-from dispatcher.api.http import json_response
-from dispatcher.api.models import JSON_VALUE_REF
-from dispatcher.api.operations import Route, operation_id
-from dispatcher.api.query import RouteInputs
-from dispatcher.api.resources import ErrorBody, Page
-from dispatcher.api.routing import Routes, declared_routes
+from dispatcher.api.framework.admission import EXEMPT_PATHS
+from dispatcher.api.framework.operations import Route, operation_id
+from dispatcher.api.framework.shapes import ErrorBody, Page
 from dispatcher.domain import ids, json_values
 from dispatcher.domain.enums import ALSO_GRANTED_BY
 from dispatcher.domain.text import NO_NUL_PATTERN
 
-routes = Routes()
-
-# Every route table of the API, in the order the app adds them. /metrics is documented even
-# when DISPATCHER_METRICS_PORT moves it to a port of its own.
-ROUTE_TABLES: tuple[Routes, ...] = (
-    health.routes,
-    routes,
-    me.routes,
-    messages.routes,
-    conversations.routes,
-    inbound.routes,
-    webhooks.routes,
-    attempts.routes,
-    stats.routes,
-    events.routes,
-    metrics.routes,
-    admin.routes,
-)
-
 REF_TEMPLATE = "#/components/schemas/{model}"
 ERROR = "Error"
 JSON_VALUE = "JsonValue"
-# Any JSON value a body may carry (an event's data, a filter): the body parser (api/http.py)
+# The document's name for any JSON value a body may carry (defined below, used by models).
+JSON_VALUE_REF = REF_TEMPLATE.format(model=JSON_VALUE)
+# Any JSON value a body may carry (an event's data, a filter): the body parser (framework/http.py)
 # refuses NUL in every string and every key. Written without `type` or `anyOf`: each keyword
 # applies to the values of its kind only (`pattern` to strings, `items` to arrays, ...), so
 # generators that cannot read a recursive union (openapi-python-client) read it as any value.
@@ -120,7 +82,7 @@ ADMIN_TAG = "admin"
 ANY_KEY = "Any valid API key, whatever its scopes."
 ALWAYS = (400, 413, 415)  # any route can be sent a malformed query or a body it does not take
 KEYED = (401, 403, 404)
-# Every route but the probes and /metrics can be refused as overloaded (api/admission.py).
+# Every route but the probes and /metrics can be refused as overloaded (api/framework/admission.py).
 OVERLOAD = (503,)
 
 SchemaMode = Literal["validation", "serialization"]
@@ -183,7 +145,10 @@ def _parameters(route: Route) -> list[dict[str, Any]]:
     ]
     return [
         *path,
-        *({"name": p.name, "in": "query", "schema": dict(p.schema)} for p in route.query),
+        *(
+            {"name": name, "in": "query", "schema": dict(schema)}
+            for name, schema in route.query.parameters().items()
+        ),
         *({"name": h.name, "in": "header", "schema": dict(h.schema)} for h in operation.headers),
     ]
 
@@ -315,8 +280,9 @@ def schemas(shapes: Mapping[str, tuple[SchemaMode, Any]]) -> dict[str, Any]:
     return dict(sorted(_rename_refs(titled, renames).items()))
 
 
-def document() -> dict[str, Any]:
-    declared = declared_routes(*ROUTE_TABLES)
+def document(declared: Sequence[Route]) -> dict[str, Any]:
+    """The document of the routes `declared`, in their order (api/registry.py hands it every
+    route of the API)."""
     paths: dict[str, dict[str, Any]] = {}
     for route in declared:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
@@ -347,20 +313,3 @@ def document() -> dict[str, Any]:
             },
         },
     }
-
-
-def route_inputs() -> dict[tuple[str, str], RouteInputs]:
-    """(METHOD, path template) -> the query parameters, body and key the route declares."""
-    return {(route.method, route.path): route.inputs for route in declared_routes(*ROUTE_TABLES)}
-
-
-@routes.get("/v1/openapi.json", PUBLIC)
-async def openapi(request: web.Request) -> web.Response:
-    return web.Response(body=_document_bytes(), content_type="application/json")
-
-
-@functools.cache
-def _document_bytes() -> bytes:
-    """The document, built once, at its first request (after every route is declared; its
-    character classes take a few tenths of a second to spell out: domain/text.py)."""
-    return json_response(document()).body  # type: ignore[return-value]

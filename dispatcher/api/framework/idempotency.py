@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from dispatcher.api.http import single_header
-from dispatcher.api.operations import HeaderParameter
+from dispatcher.api.framework.http import single_header
+from dispatcher.api.framework.operations import HeaderParameter
 from dispatcher.errors import FieldError, ValidationFailed
 
 MAX_IDEMPOTENCY_KEY = 255

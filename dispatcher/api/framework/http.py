@@ -1,7 +1,7 @@
 """Responses, the one error shape, request ids, and reading JSON bodies (or their absence).
 
 The error shape also covers requests aiohttp's own HTTP parser refuses before any middleware
-runs (see ShapedErrorProtocol; api/connections.py installs it).
+runs (see ShapedErrorProtocol; api/framework/connections.py installs it).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from dispatcher import metrics, tracing
 from dispatcher.api import console
-from dispatcher.api.resources import ErrorBody, ErrorDetail
+from dispatcher.api.framework.shapes import ErrorBody, ErrorDetail
 from dispatcher.domain.json_values import DEPTH_PROBLEM, MAX_JSON_DEPTH, NUMBER_PROBLEM, in_range
 from dispatcher.errors import (
     Conflict,
@@ -87,7 +87,7 @@ class ApiError(Exception):
 class RequestBodyTimeout(TimeoutError):
     """The request's body did not arrive within DISPATCHER_BODY_TIMEOUT of its head.
 
-    Raised by the body's reads (api/connections.py sets it on the request's payload); the
+    Raised by the body's reads (api/framework/connections.py sets it on the request's payload); the
     error middleware answers it 408 `request_timeout` and closes the connection. A
     TimeoutError so that aiohttp's own draining of an unread body stops on it too."""
 
@@ -625,7 +625,7 @@ def _field_error(root: str, err: Any, brackets: bool = False) -> FieldError:
 # bytes, too many headers, broken framing, TLS on the plain port) never reach a middleware:
 # the protocol answers them itself with `RequestHandler.handle_error`, in text/plain and
 # without a request id. aiohttp has no supported hook for that answer (aio-libs/aiohttp#3287),
-# so the protocol class is replaced for this app's servers (api/connections.py, which also
+# so the protocol class is replaced for this app's servers (api/framework/connections.py, which also
 # holds connections to their time bounds); see docs/api.md for what remains out of reach.
 _PARSER_REASON = re.compile(r"[A-Za-z][A-Za-z -]{0,79}")
 

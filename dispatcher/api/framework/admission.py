@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from dispatcher import metrics
-from dispatcher.api.http import BODY_WAITS, Handler
+from dispatcher.api.framework.http import BODY_WAITS, Handler
 from dispatcher.errors import Overloaded
 from dispatcher.store import database
 

@@ -1,13 +1,13 @@
 """What each route takes and answers: the record its route table keeps of it.
 
-Each handler module declares its routes in one place each, at the handler, with its route
-table (api/routing.py):
+Each resource module declares its routes in one place each, at the handler, with its route
+table (api/framework/routing.py):
 
-    @routes.get("/v1/messages", Scope.MESSAGES_READ, Page[Message], query=FILTERS)
+    @routes.get("/v1/conversations/{conversation_id}", Scope.CONVERSATIONS_READ, Conversation)
 
 which keeps a `Route`: method, path, credential, and the `Operation` (status, answer, body,
-query, headers, errors). The OpenAPI document (api/openapi.py) and the middleware that
-refuses undeclared inputs (api/query.py) both read these; the operation id is the handler's
+query, headers, errors). The OpenAPI document (framework/openapi.py) and the middleware that
+refuses undeclared inputs (framework/query.py) both read these; the operation id is the handler's
 name in camelCase. A route that names no answer answers 200 with a body the document does not
 describe (the probes, /metrics, the document itself).
 """
@@ -20,10 +20,10 @@ from typing import Any, get_origin
 
 from pydantic import BaseModel
 
-from dispatcher.api.context import AdminToken, AnyKey, Credential, Public
-from dispatcher.api.pagination import PAGE_QUERY
-from dispatcher.api.query import QueryParameter, RouteInputs
-from dispatcher.api.resources import Page
+from dispatcher.api.framework.context import AdminToken, AnyKey, Credential, Public
+from dispatcher.api.framework.pagination import PageQuery
+from dispatcher.api.framework.query import NoQuery, Query, RouteInputs
+from dispatcher.api.framework.shapes import Page
 from dispatcher.domain.enums import Scope
 
 
@@ -48,7 +48,7 @@ class Operation:
     status: int = 200
     response: Any = None
     body: type[BaseModel] | None = None
-    query: tuple[QueryParameter, ...] = ()
+    query: type[Query] | None = None
     headers: tuple[HeaderParameter, ...] = ()
     errors: tuple[int, ...] = ()
     also: Mapping[int, str] | None = None
@@ -67,7 +67,7 @@ def operation_id(handler: Callable[..., Any]) -> str:
 
 @dataclass(frozen=True)
 class Route:
-    """A route as declared (api/routing.py): method, path template, credential, operation,
+    """A route as declared (api/framework/routing.py): method, path template, credential, operation,
     with its handler (the function the route calls, not the guarded one aiohttp calls)."""
 
     method: str
@@ -92,17 +92,18 @@ class Route:
         return isinstance(self.credential, AdminToken)
 
     @property
-    def query(self) -> tuple[QueryParameter, ...]:
-        """Every query parameter the route takes: a list's `limit` and `cursor`, then its own."""
-        if self.operation.paged:
-            return (*PAGE_QUERY, *self.operation.query)
-        return self.operation.query
+    def query(self) -> type[Query]:
+        """The query parameters the route takes: its model, else a list's `limit` and
+        `cursor` alone, else none."""
+        if self.operation.query is not None:
+            return self.operation.query
+        return PageQuery if self.operation.paged else NoQuery
 
     @property
     def inputs(self) -> RouteInputs:
         """What the strict-input middleware holds requests to this route to."""
         return RouteInputs(
-            query={parameter.name: parameter.schema for parameter in self.query},
+            query=self.query,
             body=self.operation.body is not None,
             keyed=not isinstance(self.credential, Public),
         )

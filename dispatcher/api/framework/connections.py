@@ -12,7 +12,7 @@ clients"):
 - **body**: its body must have arrived within `DISPATCHER_BODY_TIMEOUT` seconds of the head;
   else the request is answered 408 `request_timeout` (a request that reads its body) and the
   connection closed. A request that has not yet its whole body holds no admission slot while
-  it waits for it (api/admission.py), so slow bodies never crowd out other requests.
+  it waits for it (api/framework/admission.py), so slow bodies never crowd out other requests.
 - **keep-alive idle**: between requests, `DISPATCHER_KEEPALIVE_TIMEOUT` seconds without a
   complete head closes the connection (aiohttp's own keep-alive timer).
 - **connections**: at most `DISPATCHER_MAX_CONNECTIONS` open at once. One more evicts the
@@ -34,7 +34,7 @@ import structlog
 from aiohttp import web
 
 from dispatcher import metrics
-from dispatcher.api.http import RequestBodyTimeout, ShapedErrorProtocol, ShapedErrorServer
+from dispatcher.api.framework.http import RequestBodyTimeout, ShapedErrorProtocol, ShapedErrorServer
 from dispatcher.settings import Settings
 
 log = structlog.get_logger("dispatcher.api")
