@@ -19,7 +19,7 @@ client, never answered but by the secret routes) and stay out of this type.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NamedTuple, TypedDict
 
 from dispatcher.domain.enums import Ordering
@@ -42,19 +42,20 @@ WRITE_ONLY = frozenset({"secret_headers"})
 class EndpointOptions(NamedTuple):
     """What a subscription sets, one field per column of `webhooks` (same name), as stored.
 
-    A NamedTuple, like the store's rows (store/rows.py): the claim makes one per delivery it
-    leases, and a tuple costs a fifth of a frozen dataclass. None and `{}` mean what the
-    column's comment in schema.sql says (None `max_concurrency`: the setting's default)."""
+    A NamedTuple, like the store's rows (store/rows.py), of the types the driver reads: the
+    claim makes one per delivery it leases, and a tuple costs a fifth of a frozen dataclass.
+    None and `{}` mean what the column's comment in schema.sql says (None `max_concurrency`:
+    the setting's default)."""
 
     url: str
-    events: Sequence[str]
+    events: list[str]
     name: str | None = None
-    number_ids: Sequence[str] | None = None  # None: every number
+    number_ids: list[str] | None = None  # None: every number
     max_concurrency: int | None = None  # None: DISPATCHER_MAX_CONCURRENCY_PER_WEBHOOK
-    headers: Mapping[str, str] = {}  # never mutated (a NamedTuple default)
+    headers: dict[str, str] = {}  # never mutated (a NamedTuple default)
     # Read for the API, its values are WITHHELD (only the names are shown).
-    secret_headers: Mapping[str, str] = {}
-    payload_filter: Mapping[str, Any] | None = None  # None: no filter (`{}` is stored as None)
+    secret_headers: dict[str, str] = {}
+    payload_filter: dict[str, Any] | None = None  # None: no filter (`{}` is stored as None)
     rate_limit: int | None = None  # None: no limit
     ordering: str = Ordering.NONE  # an Ordering (text as the driver reads it)
 
@@ -71,19 +72,19 @@ class EndpointChanges(TypedDict, total=False):
     (tests/domain/test_endpoints.py keeps its keys those of `EndpointOptions`.)"""
 
     url: str
-    events: Sequence[str]
+    events: list[str]
     name: str | None
-    number_ids: Sequence[str] | None
+    number_ids: list[str] | None
     max_concurrency: int | None
-    headers: Mapping[str, str]
-    secret_headers: Mapping[str, str]
-    payload_filter: Mapping[str, Any] | None
+    headers: dict[str, str]
+    secret_headers: dict[str, str]
+    payload_filter: dict[str, Any] | None
     rate_limit: int | None
     ordering: Ordering
     enabled: bool
 
 
-def changed_options(changes: Mapping[str, Any]) -> list[str]:
+def changed_options(changes: Mapping[str, object]) -> list[str]:
     """The options a change sets, in column order (never `enabled`, never a name that is no
     option: what a statement built from them names comes from `OPTIONS` only)."""
     return [option for option in OPTIONS if option in changes]
