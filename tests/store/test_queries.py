@@ -15,7 +15,7 @@ import pytest
 
 import dispatcher.store
 from dispatcher.domain.health import BUCKETS, OUTCOMES
-from dispatcher.store import messages, queries, queue, stats
+from dispatcher.store import messages, queries, queue, stats, webhooks
 from dispatcher.store.database import Database
 from dispatcher.store.queries import Queries, QueryFileError, parse
 
@@ -126,6 +126,11 @@ async def test_every_statement_is_valid_against_the_schema(db: Database) -> None
         ("messages.sql", "create_outgoing"): messages.CREATE_OUTGOING,
         ("messages.sql", "create_incoming"): messages.CREATE_INCOMING,
         ("messages.sql", "create_call"): messages.CREATE_CALL,
+        # With the endpoint's one column list written in (store/webhooks.py `with_options`).
+        ("webhooks.sql", "create"): webhooks.CREATE,
+        ("webhooks.sql", "webhook"): webhooks.WEBHOOK,
+        ("webhooks.sql", "webhooks_page"): webhooks.WEBHOOKS_PAGE,
+        ("queue.sql", "claim"): queue.CLAIM,
     }
     async with db.acquire() as conn:
         # schema.sql made today's partitions.
