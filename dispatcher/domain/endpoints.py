@@ -9,8 +9,8 @@ a PATCH from the fields a change names (`EndpointChanges`), and the claim hands 
 same type (store/queue.py `Claimed.endpoint`).
 
 So adding a per-endpoint option is: a field here (and its bound), its column (a migration and
-schema.sql), the API's create/patch/answer shapes, and whatever uses it (docs/development.md,
-"Adding an endpoint option").
+schema.sql), the API's create/patch/answer shapes, and whatever uses it (README.md, "Adding an
+endpoint option").
 
 Which secrets sign an endpoint's requests now is `signing.signing_secrets` (a rotation's
 previous secret during its grace); the secrets themselves are no option (never set by a

@@ -11,8 +11,9 @@ Each such fact has its Python home, and this module compares it with where SQL s
 - the event-type pattern, the ordering key's rule, the JSON bounds of published data and the
   payload filter's compared-array bound, by asking the database's own functions;
 - which secrets sign now (domain/signing.py against queries/webhooks.sql's demo statement);
-- the bounds of webhook options (CHECK constraints against the API's models) and the rate
-  bucket's catch-up (queries/queue.sql against domain/rate_limits.py).
+- the bounds of webhook options (CHECK constraints, the API's models and the docs against
+  domain/endpoints.py), that each of its options is a column, and the rate bucket's catch-up
+  (queries/queue.sql against domain/rate_limits.py).
 
 A new CHECK constraint over a list of values, or a new column compared to literals, fails here
 until it is given its Python home in the tables below.
@@ -372,6 +373,18 @@ def test_webhook_option_bounds_of_the_models_are_the_domains() -> None:
     assert _bounds(models.EventTypes) == (1, endpoints.MAX_EVENT_TYPES)
     assert _max_length(models.NumberIds) == endpoints.MAX_NUMBER_IDS
     assert _max_length(models.Name) == endpoints.MAX_NAME_LENGTH
+
+
+def test_the_docs_state_the_endpoint_bounds() -> None:
+    """docs/webhooks.md and docs/api.md repeat the domain's bounds of an endpoint's options."""
+    docs = Path(__file__).parents[2] / "docs"
+    webhooks_md, api_md = (docs / "webhooks.md").read_text(), (docs / "api.md").read_text()
+    concurrency = f"{endpoints.MIN_CONCURRENCY}..{endpoints.MAX_CONCURRENCY}"
+    rate = f"{endpoints.MIN_RATE_LIMIT}..{endpoints.MAX_RATE_LIMIT}"
+    assert re.search(rf"\| `maxConcurrency` \|[^\n]*\b{re.escape(concurrency)} \|", webhooks_md)
+    assert re.search(rf"\| `rateLimit` \|[^\n]*an integer {re.escape(rate)},", webhooks_md)
+    counts = f"| {endpoints.MAX_EVENT_TYPES} event types, {endpoints.MAX_NUMBER_IDS:,} numbers |"
+    assert counts in api_md
 
 
 async def test_webhook_columns_are_the_endpoint_options(conn: asyncpg.Connection) -> None:
