@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from dispatcher.api.framework.openapi import JSON_VALUE_REF
-from dispatcher.domain import headers, ids, payload_filter
+from dispatcher.domain import endpoints, headers, ids, payload_filter
 from dispatcher.domain.enums import Ordering
 from dispatcher.domain.events import EVENT_TYPES
 from dispatcher.domain.json_values import json_problem
@@ -97,7 +97,7 @@ E164 = Annotated[str, AfterValidator(_e164), documented(f"^{E164_PATTERN}$")]
 # Webhook and media URLs: accepted only when the sender could attempt them (domain/urls.py).
 WebhookUrl = Annotated[
     str,
-    Field(min_length=1, max_length=2048),
+    Field(min_length=1, max_length=endpoints.MAX_URL_LENGTH),
     AfterValidator(check_webhook_url),
     documented(
         lambda: url_pattern(unprintable_class()),
@@ -156,24 +156,24 @@ def _filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
 EventType = Annotated[str, documented(enum=sorted(EVENT_TYPES))]
 EventTypes = Annotated[
     list[EventType],
-    Field(min_length=1, max_length=64),
+    Field(min_length=1, max_length=endpoints.MAX_EVENT_TYPES),
     AfterValidator(_event_types),
     documented(uniqueItems=True),
 ]
 NumberId = Annotated[str, documented(ids.pattern(ids.NUMBER))]
 NumberIds = Annotated[
     list[NumberId],
-    Field(max_length=1000),
+    Field(max_length=endpoints.MAX_NUMBER_IDS),
     AfterValidator(_distinct),
     documented(uniqueItems=True, description="numbers of the workspace (their ids)"),
 ]
 Name = Annotated[
     str,
-    Field(max_length=255),
+    Field(max_length=endpoints.MAX_NAME_LENGTH),
     AfterValidator(_optional_name),
     documented(lambda: visible_text_pattern(may_be_empty=True)),
 ]
-Concurrency = Annotated[int, Field(ge=1, le=1000)]
+Concurrency = Annotated[int, Field(ge=endpoints.MIN_CONCURRENCY, le=endpoints.MAX_CONCURRENCY)]
 # Custom headers, name -> value. Each name and value is held to domain/headers.py's rules
 # (the document states them); the rules across both objects (and on PATCH the stored one) are
 # applied by the handler.
@@ -205,7 +205,7 @@ PayloadFilter = Annotated[
     ),
 ]
 # Requests per second to the endpoint, across every engine (docs/delivery.md, "Rate limits").
-RateLimit = Annotated[int, Field(ge=1, le=10000)]
+RateLimit = Annotated[int, Field(ge=endpoints.MIN_RATE_LIMIT, le=endpoints.MAX_RATE_LIMIT)]
 
 
 class CreateWebhook(Body):

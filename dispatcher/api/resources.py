@@ -131,22 +131,22 @@ class Recovered(TypedDict):
 
 
 def webhook(row: WebhookRow, default_concurrency: int) -> Webhook:
-    reason = row.disabled_reason
+    reason, options = row.disabled_reason, row.options
     return {
         "id": row.id,
         "createdAt": isoformat(row.created_at),
         "disabledAt": isoformat_or_none(row.disabled_at),
         "disabledReason": None if reason is None else DisabledReason(reason),
-        "events": row.events,
-        "name": row.name,
-        "numberIds": row.number_ids,
-        "url": row.url,
-        "maxConcurrency": row.max_concurrency or default_concurrency,
-        "headers": row.headers,
-        "secretHeaderNames": names_in_order(row.secret_header_names),
-        "filter": row.payload_filter,
-        "rateLimit": row.rate_limit,
-        "ordering": Ordering(row.ordering),
+        "events": options.events,
+        "name": options.name,
+        "numberIds": options.number_ids,
+        "url": options.url,
+        "maxConcurrency": options.max_concurrency or default_concurrency,
+        "headers": options.headers,
+        "secretHeaderNames": names_in_order(options.secret_headers),
+        "filter": options.payload_filter,
+        "rateLimit": options.rate_limit,
+        "ordering": Ordering(options.ordering),
     }
 
 

@@ -34,6 +34,7 @@ from dispatcher.api.resources import (
     webhook_with_secret,
 )
 from dispatcher.domain import ids
+from dispatcher.domain.endpoints import EndpointOptions
 from dispatcher.domain.enums import DeliveryStatus, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
 from dispatcher.domain.headers import FIELDS as HEADER_FIELDS
@@ -95,21 +96,20 @@ async def create_webhook(
         limit = svc.settings.max_concurrency_per_webhook
         answers.append(json_response(webhook_with_secret(row, limit, signing_secret), status=201))
 
-    await webhooks.create(
-        svc.db,
-        workspace_id=key.workspace_id,
+    options = EndpointOptions(
         url=body.url,
         events=body.events,
         name=body.name or None,
         number_ids=body.numberIds,
         max_concurrency=body.maxConcurrency,
-        now=svc.clock.now(),
         headers=headers,
         secret_headers=secret_headers,
         payload_filter=stored_filter(body.filter),
         rate_limit=body.rateLimit,
         ordering=body.ordering,
-        answer=answer,
+    )
+    await webhooks.create(
+        svc.db, workspace_id=key.workspace_id, options=options, now=svc.clock.now(), answer=answer
     )
     return answers[0]
 

@@ -433,8 +433,9 @@ class Engine:
         parent = tracing.claimed(took, len(rows), asked) if tracing.ENABLED and rows else None
         for row, granted in rows:
             send_by = None
-            if row.rate_limit is not None:
-                send_by = granted + rate_limits.grant_grace(row.rate_limit)
+            rate_limit = row.endpoint.rate_limit  # it granted the row at the claim
+            if rate_limit is not None:
+                send_by = granted + rate_limits.grant_grace(rate_limit)
             self._start_attempt(row, parent, send_by)
         return len(rows), asked
 
@@ -479,7 +480,7 @@ class Engine:
             span = (
                 tracing.attempt_started(
                     parent,
-                    url=claimed.url,
+                    url=claimed.endpoint.url,
                     delivery_id=claimed.id,
                     webhook_id=claimed.webhook_id,
                     event_id=claimed.event_id,
@@ -491,7 +492,7 @@ class Engine:
             )
             try:
                 outcome = await self.sender.send(
-                    claimed.url,
+                    claimed.endpoint.url,
                     claimed.id,
                     claimed.secrets,
                     claimed.payload,

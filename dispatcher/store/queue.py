@@ -26,12 +26,14 @@ another's work. The statements are in queries/queue.sql, each commented step by 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from dispatcher.domain import outcomes
+from dispatcher.domain.endpoints import OPTIONS, EndpointOptions
 from dispatcher.domain.enums import DeliveryStatus, DisabledReason
 from dispatcher.domain.health import SettledDelivery
 from dispatcher.domain.operational import SettledAttempt, about_attempt
@@ -71,13 +73,16 @@ class SQL(Queries, file="queue.sql"):
     watch_due: Statement
 
 
-# tests/scale/test_hot_path.py EXPLAINs the claim under these names.
+# tests/scale/test_hot_path.py EXPLAINs the claim under these names. The claim returns each
+# leased delivery's endpoint options with the endpoint's one column list (store/webhooks.py).
 INDEX_WALKS_ONLY = SQL.index_walks_only.sql
-CLAIM = SQL.claim.sql
+CLAIM = dataclasses.replace(SQL.claim, sql=webhooks.with_options(SQL.claim.sql, table="w"))
 
 
 class Claimed(NamedTuple):
-    """A delivery this engine holds the lease of, with all it needs to send it."""
+    """A delivery this engine holds the lease of, with all it needs to send it: its endpoint's
+    options as the API stores them (`endpoint`, domain/endpoints.py), and what the claim
+    derives from them and from the endpoint's secrets."""
 
     id: str
     webhook_id: str
@@ -86,9 +91,9 @@ class Claimed(NamedTuple):
     due_at: datetime
     payload: bytes
     event_created_at: datetime
-    url: str
-    secrets: tuple[str, ...]
-    max_concurrency: int
+    endpoint: EndpointOptions
+    secrets: tuple[str, ...]  # those that sign now (signing.signing_secrets)
+    max_concurrency: int  # the endpoint's, or the setting's default when it has none
     event_id: str
     trace_context: str | None  # the publishing span's W3C traceparent (dispatcher.tracing)
     # The webhook's custom headers, secret ones included (name, value): sent with the attempt.
@@ -96,10 +101,6 @@ class Claimed(NamedTuple):
     # The values among them that are secret (`secretHeaders`): kept out of the attempt log.
     secret_values: tuple[str, ...] = ()
     in_lane: bool = False  # the head of an ordering lane: its settling moves the lane on
-    # Its endpoint's rate limit (requests a second), which granted it at the claim: it is sent
-    # at once or not at all (the engine hands back a grant it could not send in time:
-    # docs/delivery.md, "Rate limits"). None: no limit.
-    rate_limit: int | None = None
 
 
 # How many endpoints with due work a claim visits at least (more when it asks for more rows):
@@ -147,7 +148,7 @@ async def claim(
     async with db.transaction() as conn:
         await conn.execute(*SQL.claim_settings())  # one round trip
         rows = await conn.fetch(
-            *SQL.claim(
+            *CLAIM(
                 now=now,
                 owner=owner,
                 limit=limit,
@@ -193,6 +194,7 @@ def _claimed(row: Record, now: datetime) -> Claimed:
     secrets_ = signing_secrets(
         row["secret"], row["previous_secret"], row["previous_secret_expires_at"], now
     )
+    endpoint = EndpointOptions._make(row[option] for option in OPTIONS)
     return Claimed(
         id=row["delivery_id"],
         webhook_id=row["webhook_id"],
@@ -201,15 +203,14 @@ def _claimed(row: Record, now: datetime) -> Claimed:
         due_at=row["due_at"],
         payload=row["payload"].encode(),
         event_created_at=row["event_created_at"],
-        url=row["url"],
+        endpoint=endpoint,
         secrets=tuple(secrets_),
-        max_concurrency=row["max_concurrency"],
+        max_concurrency=row["concurrency"],
         event_id=row["event_id"],
         trace_context=row["trace_context"],
         custom_headers=tuple(row["custom_headers"].items()),
-        secret_values=tuple(row["secret_headers"].values()),
+        secret_values=tuple(endpoint.secret_headers.values()),
         in_lane=row["in_lane"],
-        rate_limit=row["rate_limit"],
     )
 
 

@@ -24,11 +24,12 @@ putting a value in the wrong attribute.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 # Declared in the domain, next to the rules that read them; handed out like the rest.
+from dispatcher.domain.endpoints import EndpointOptions
 from dispatcher.domain.resources import CallRow as CallRow
 from dispatcher.domain.resources import MessageRow as MessageRow
 from dispatcher.store.database import Connection, Database, Record, StoreError
@@ -64,23 +65,17 @@ class ApiKeyRow(NamedTuple):
 
 class WebhookRow(NamedTuple):
     """A subscription as the API shows it: its secrets stay in the database (of the secret
-    headers, only their names come out)."""
+    headers, only their names come out: `options.secret_headers` maps each to WITHHELD).
+
+    Its statements return its own columns, then the options' (domain/endpoints.py), which
+    become one `EndpointOptions` (`NESTED`): the store's one column list of an endpoint."""
 
     id: str
     workspace_id: str
-    url: str
-    events: list[str]
-    name: str | None
-    number_ids: list[str] | None  # None: every number
-    max_concurrency: int | None  # None: the setting's default
     created_at: datetime
     disabled_at: datetime | None
     disabled_reason: str | None  # DisabledReason
-    headers: dict[str, str]
-    payload_filter: dict[str, Any] | None  # a JSON object; None: no filter
-    secret_header_names: list[str]
-    rate_limit: int | None
-    ordering: str  # Ordering
+    options: EndpointOptions
 
 
 class LockedWebhookRow(NamedTuple):
@@ -149,12 +144,40 @@ class ConversationRow(NamedTuple):
     last_item_kind: str | None  # ConversationItemKind
 
 
+# Row types whose last field is a row of its own, made from the statement's last columns: the
+# columns a statement returns for them are their other fields', then the nested row's.
+NESTED: dict[type[Any], type[Any]] = {WebhookRow: EndpointOptions}
+
+
+def columns(row_type: type[NamedTuple]) -> tuple[str, ...]:
+    """The columns, in order, of the statements `row_type` is made from."""
+    nested = NESTED.get(row_type)
+    if nested is None:
+        return row_type._fields
+    nested_fields: tuple[str, ...] = nested._fields
+    return row_type._fields[:-1] + nested_fields
+
+
+def _maker(row_type: type[RowT]) -> Callable[[Record], RowT]:
+    nested = NESTED.get(row_type)
+    if nested is None:
+        return row_type._make
+    own, make_nested = len(row_type._fields) - 1, nested._make
+
+    def make(record: Record) -> RowT:
+        values = tuple(record)
+        return row_type._make((*values[:own], make_nested(values[own:])))
+
+    return make
+
+
 def _check(row_type: type[NamedTuple], record: Record) -> None:
     """Refuse a record whose columns are not `row_type`'s, in its order."""
     found = tuple(record.keys())
-    if found != row_type._fields:
+    expected = columns(row_type)
+    if found != expected:
         raise StoreError(
-            f"{row_type.__name__} takes the columns {', '.join(row_type._fields)}; "
+            f"{row_type.__name__} takes the columns {', '.join(expected)}; "
             f"the statement returned {', '.join(found)}"
         )
 
@@ -162,7 +185,7 @@ def _check(row_type: type[NamedTuple], record: Record) -> None:
 def as_row(row_type: type[RowT], record: Record) -> RowT:
     """`record` as a `row_type`."""
     _check(row_type, record)
-    return row_type._make(record)
+    return _maker(row_type)(record)
 
 
 def as_rows(row_type: type[RowT], records: Sequence[Record]) -> list[RowT]:
@@ -170,7 +193,7 @@ def as_rows(row_type: type[RowT], records: Sequence[Record]) -> list[RowT]:
     if not records:
         return []
     _check(row_type, records[0])
-    make = row_type._make
+    make = _maker(row_type)
     return [make(record) for record in records]
 
 

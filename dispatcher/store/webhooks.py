@@ -3,11 +3,20 @@ queries/webhooks.sql."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any
 
 from dispatcher.domain import ids, operational
+from dispatcher.domain.endpoints import (
+    OPTIONS,
+    WITHHELD,
+    WRITE_ONLY,
+    EndpointChanges,
+    EndpointOptions,
+    changed_options,
+)
 from dispatcher.domain.enums import DisabledReason, Ordering
 from dispatcher.domain.signing import new_secret
 from dispatcher.errors import NotFound
@@ -28,7 +37,6 @@ class SQL(Queries, file="webhooks.sql"):
     give_up_pending: str
     disable: str
     lock_webhook: str
-    update: str
     enable: str
     delete: str
     secret: str
@@ -41,38 +49,9 @@ class SQL(Queries, file="webhooks.sql"):
     leave_lanes: str
 
 
-class WebhookChanges(TypedDict, total=False):
-    """A change to a webhook, by column: a key present is set (None clears what may be
-    cleared), a key absent is kept. `headers` and `secret_headers` are replaced whole (`{}`:
-    none); `payload_filter` is stored as given (None: no filter); `enabled` moves the webhook
-    between live and disabled (manual)."""
+# A change as the API hands it over: by option (domain/endpoints.py).
+WebhookChanges = EndpointChanges
 
-    url: str
-    events: list[str]
-    name: str | None
-    number_ids: list[str] | None
-    max_concurrency: int | None
-    headers: dict[str, str]
-    secret_headers: dict[str, str]
-    payload_filter: dict[str, Any] | None
-    rate_limit: int | None
-    ordering: Ordering
-    enabled: bool
-
-
-# The columns of a change that `update` writes, in the order of its parameters.
-UPDATE_FIELDS = (
-    "url",
-    "events",
-    "name",
-    "number_ids",
-    "max_concurrency",
-    "headers",
-    "secret_headers",
-    "payload_filter",
-    "rate_limit",
-    "ordering",
-)
 # Seconds a POST /v1/webhooks/{id}/filter/test may take in the database (docs/api.md, Bounds):
 # at the bounds it takes a few hundred milliseconds on a 1 MiB `data` (parsing it, mostly).
 FILTER_TEST_TIMEOUT = 2.0
@@ -80,25 +59,74 @@ DISABLED_ERROR = "webhook disabled"
 DELETED_ERROR = "webhook deleted"
 
 
+def option_columns(table: str = "", *, answered: bool = False) -> str:
+    """The endpoint's one column list (domain/endpoints.py's `OPTIONS`, in order), of `table`
+    (an alias) when given. `answered`: as the API may see them, each write-only option's values
+    WITHHELD (its names kept)."""
+    prefix = f"{table}." if table else ""
+
+    def column(option: str) -> str:
+        if answered and option in WRITE_ONLY:
+            return (
+                f"(SELECT coalesce(jsonb_object_agg(k, '{WITHHELD}'), '{{}}')"
+                f" FROM jsonb_object_keys({prefix}{option}) k) AS {option}"
+            )
+        return prefix + option
+
+    return ", ".join(column(option) for option in OPTIONS)
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def with_options(sql: str, first_parameter: int = 1, table: str = "") -> str:
+    """`sql` with the endpoint's column list written in where it says `{options}` (the columns),
+    `{answered_options}` (as the API may see them) or `{option_parameters}` (one parameter per
+    option, `$first_parameter` on). Done once, at import: every name comes from
+    domain/endpoints.py, none from a request."""
+    lists = {
+        "options": option_columns(table),
+        "answered_options": option_columns(table, answered=True),
+        "option_parameters": ", ".join(f"${first_parameter + i}" for i in range(len(OPTIONS))),
+    }
+    return _PLACEHOLDER.sub(lambda match: lists[match[1]], sql)
+
+
+CREATE = with_options(SQL.create, first_parameter=5)
+WEBHOOK = with_options(SQL.webhook)
+WEBHOOKS_PAGE = with_options(SQL.webhooks_page)
+
+
+def update_statement(options: Sequence[str]) -> str:
+    """Set `options` of webhook $1 to $2, $3, ... in that order. The column names are those of
+    domain/endpoints.py (anything else is refused), never a client's: only values are
+    parameters. One statement per set of options changed (asyncpg prepares each once)."""
+    unknown = set(options) - set(OPTIONS)
+    if unknown or not options:
+        raise ValueError(f"not endpoint options: {sorted(unknown)}")
+    assignments = ", ".join(f"{option} = ${i}" for i, option in enumerate(options, start=2))
+    return f"UPDATE webhooks SET {assignments} WHERE id = $1"
+
+
+def _stored(value: Any) -> Any:
+    """An option's value as the driver takes it (a JSON column's codec takes only dicts)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
 async def create(
     db: Database | Connection,
     *,
     workspace_id: str,
-    url: str,
-    events: Sequence[str],
-    name: str | None,
-    number_ids: Sequence[str] | None = None,
-    max_concurrency: int | None = None,
+    options: EndpointOptions,
     now: datetime,
-    headers: Mapping[str, str] | None = None,
-    secret_headers: Mapping[str, str] | None = None,
-    payload_filter: Mapping[str, Any] | None = None,
-    rate_limit: int | None = None,
-    ordering: Ordering = Ordering.NONE,
     answer: Callable[[WebhookRow, str], None] | None = None,
 ) -> tuple[WebhookRow, str]:
-    """A new live subscription; returns it and its signing secret. The custom headers and
-    the filter are stored as given (the API checked them; `{}` filters nothing). On a
+    """A new live subscription; returns it and its signing secret. Its options are stored as
+    given (the API checked them; a `{}` filter is stored as None: it filters nothing). On a
     connection of its own, or on the caller's (the demo is made in one transaction).
 
     `answer`, when given, is called with the new webhook and its secret before the insert
@@ -107,30 +135,20 @@ async def create(
     if answer is not None and isinstance(db, Database):
         async with db.transaction() as conn:
             return await create(
-                conn, workspace_id=workspace_id, url=url, events=events, name=name,
-                number_ids=number_ids, max_concurrency=max_concurrency, now=now,
-                headers=headers, secret_headers=secret_headers, payload_filter=payload_filter,
-                rate_limit=rate_limit, ordering=ordering, answer=answer,
-            )  # fmt: skip
+                conn, workspace_id=workspace_id, options=options, now=now, answer=answer
+            )
     secret = new_secret()
+    if not options.payload_filter:
+        options = options._replace(payload_filter=None)
     row = await fetch_row(
         db,
-        SQL.create,
+        CREATE,
         WebhookRow,
         ids.new_id(ids.WEBHOOK),
         workspace_id,
-        url,
-        list(events),
-        name,
-        None if number_ids is None else list(number_ids),
         secret,
-        max_concurrency,
         now,
-        dict(headers or {}),
-        dict(secret_headers or {}),
-        dict(payload_filter) if payload_filter else None,
-        rate_limit,
-        ordering,
+        *map(_stored, options),
     )
     assert row is not None  # the insert returns the row it made
     if answer is not None:
@@ -139,7 +157,7 @@ async def create(
 
 
 async def get(conn: Connection, workspace_id: str, webhook_id: str) -> WebhookRow | None:
-    return await fetch_row(conn, SQL.webhook, WebhookRow, workspace_id, webhook_id)
+    return await fetch_row(conn, WEBHOOK, WebhookRow, workspace_id, webhook_id)
 
 
 async def exists(
@@ -167,7 +185,7 @@ async def list_page(
     db: Database, workspace_id: str, *, limit: int, after: Position | None
 ) -> Page[WebhookRow]:
     filters = Filters().add("workspace_id = {}", workspace_id).add("deleted_at IS NULL")
-    return await fetch_page(db, SQL.webhooks_page, WebhookRow, filters, limit, after)
+    return await fetch_page(db, WEBHOOKS_PAGE, WebhookRow, filters, limit, after)
 
 
 async def give_up_pending(conn: Connection, webhook_ids: Sequence[str], reason: str) -> int:
@@ -207,7 +225,8 @@ async def update(
     check: Callable[[LockedWebhookRow], None] | None = None,
     answer: Callable[[WebhookRow], None] | None = None,
 ) -> WebhookRow | None:
-    """Apply a change: only the keys present in `changes` change (see `WebhookChanges`);
+    """Apply a change: only the keys present in `changes` change (see `EndpointChanges`),
+    in one UPDATE of the options it names;
     when `enabled` changes, the workspace is told (`webhook.enabled`, `webhook.disabled`). A
     rate limit set gets its bucket, one cleared loses it; a change of `ordering` moves the
     queued deliveries into their lanes or out of them. None when the workspace has no such
@@ -225,10 +244,11 @@ async def update(
         current = as_row(LockedWebhookRow, locked)
         if check is not None:
             check(current)
-        if any(field in changes for field in UPDATE_FIELDS):
-            # Each field as (whether it changes, its new value), as `update` takes them.
-            flagged = [v for field in UPDATE_FIELDS for v in (field in changes, changes.get(field))]
-            await conn.execute(SQL.update, webhook_id, *flagged)
+        options = changed_options(changes)
+        if options:
+            given: Mapping[str, object] = changes
+            values = [_stored(given[option]) for option in options]
+            await conn.execute(update_statement(options), webhook_id, *values)
         if "rate_limit" in changes:
             bucket = SQL.drop_bucket if changes["rate_limit"] is None else SQL.add_bucket
             await conn.execute(bucket, webhook_id)

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 import asyncpg
 
 from dispatcher.domain import ids
+from dispatcher.domain.endpoints import EndpointOptions
 from dispatcher.errors import Conflict, NotFound
 from dispatcher.store import webhooks
 from dispatcher.store.database import Connection, Database, fetch_one
@@ -285,13 +286,11 @@ async def create_demo_if_empty(
             ),
         )
         if webhook is not None:
+            options = EndpointOptions(
+                url=webhook.url, events=list(webhook.events), name=webhook.name
+            )
             await webhooks.create(
-                conn,
-                workspace_id=workspace_id,
-                url=webhook.url,
-                events=webhook.events,
-                name=webhook.name,
-                now=now or datetime.now(UTC),
+                conn, workspace_id=workspace_id, options=options, now=now or datetime.now(UTC)
             )
     return key
 

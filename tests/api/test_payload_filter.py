@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.domain.endpoints import EndpointOptions
 from dispatcher.store import webhooks
 from dispatcher.store.database import Database
 from tests.api.payload_filters import URL, delivered_ids, filter_test, publish, subscribe
@@ -281,10 +282,10 @@ async def test_the_filter_test_needs_webhooks_read_and_the_workspaces_own_webhoo
     assert "webhooks:read" in (await resp.json())["message"]
     # Its own webhook, with webhooks:read alone.
     reader = await make_workspace(scopes=["webhooks:read"])
+    options = EndpointOptions(url=URL, events=["contact.updated"], payload_filter={"a": 1})
     own, _ = await webhooks.create(
-        db, workspace_id=reader.id, url=URL, events=["contact.updated"], name=None,
-        number_ids=None, max_concurrency=None, now=datetime.now(UTC), payload_filter={"a": 1},
-    )  # fmt: skip
+        db, workspace_id=reader.id, options=options, now=datetime.now(UTC)
+    )
     resp = await filter_test(client, reader, own.id, body)
     assert resp.status == 200, await resp.text()
     assert await resp.json() == {"matches": True}

@@ -329,3 +329,41 @@ async def test_a_read_only_key_is_offered_no_retry_and_the_api_refuses_it(
     # Still failing, still attempted once: nothing was retried.
     delivery = await service.call("GET", f"/v1/webhooks/{hook_id}/deliveries/{delivery_id}")
     assert delivery["attempts"] == 1 and len(receiver.at("/hook")) == 1
+
+
+def webhook_form_bounds(browser: Browser) -> dict[str, Any]:
+    """The bounds the create form puts on its fields, and the rate limit's hint."""
+    browser.open("#/webhooks/new")
+    driver = browser.driver
+    concurrency = browser.wait(lambda d: d.find_element(By.ID, "field-concurrency"), "the form")
+    rate = driver.find_element(By.ID, "field-rateLimit")
+    name = driver.find_element(By.ID, "field-name")
+    return {
+        "maxConcurrency": (concurrency.get_attribute("min"), concurrency.get_attribute("max")),
+        "rateLimit": (rate.get_attribute("min"), rate.get_attribute("max")),
+        "name": name.get_attribute("maxlength"),
+        "hints": text_of(driver, ".webhook-form"),
+    }
+
+
+async def test_the_webhook_form_takes_its_bounds_from_the_api_document(
+    browser: Browser, service: Service
+) -> None:
+    """The console writes no bound of its own: each comes from GET /v1/openapi.json (whose
+    models take them from dispatcher/domain/endpoints.py)."""
+    browser.base = service.base
+    await step(sign_in, browser, service.key)
+    found = await step(webhook_form_bounds, browser)
+    document = await service.call("GET", "/v1/openapi.json")
+    body = document["paths"]["/v1/webhooks"]["post"]["requestBody"]["content"]
+    ref = body["application/json"]["schema"]["$ref"]
+    fields = document["components"]["schemas"][ref.rsplit("/", 1)[-1]]["properties"]
+
+    def bounds(name: str) -> tuple[str, str]:
+        schema = fields[name]["anyOf"][0]
+        return str(schema["minimum"]), str(schema["maximum"])
+
+    assert found["maxConcurrency"] == bounds("maxConcurrency")
+    assert found["rateLimit"] == bounds("rateLimit")
+    assert found["name"] == str(fields["name"]["anyOf"][0]["maxLength"])
+    assert "{}..{}; empty: no limit".format(*bounds("rateLimit")) in found["hints"]

@@ -55,7 +55,7 @@ async def explain_claim(db: Database) -> tuple[dict[str, Any], int]:
         await tx.start()
         try:
             await conn.execute(queue.INDEX_WALKS_ONLY)
-            claim = queue.SQL.claim(
+            claim = queue.CLAIM(
                 now=datetime.now(UTC),
                 owner="engine-x",
                 limit=CLAIM,

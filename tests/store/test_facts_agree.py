@@ -11,8 +11,9 @@ Each such fact has its Python home, and this module compares it with where SQL s
 - the event-type pattern, the ordering key's rule, the JSON bounds of published data and the
   payload filter's compared-array bound, by asking the database's own functions;
 - which secrets sign now (domain/signing.py against queries/webhooks.sql's demo statement);
-- the bounds of webhook options (CHECK constraints against the API's models) and the rate
-  bucket's catch-up (queries/queue.sql against domain/rate_limits.py).
+- the bounds of webhook options (CHECK constraints, the API's models and the docs against
+  domain/endpoints.py), that each of its options is a column, and the rate bucket's catch-up
+  (queries/queue.sql against domain/rate_limits.py).
 
 A new CHECK constraint over a list of values, or a new column compared to literals, fails here
 until it is given its Python home in the tables below.
@@ -36,7 +37,7 @@ import pytest
 
 from dispatcher.api import models
 from dispatcher.api.events import OrderingKey
-from dispatcher.domain import json_values, payload_filter, rate_limits
+from dispatcher.domain import endpoints, json_values, payload_filter, rate_limits
 from dispatcher.domain.enums import (
     AttemptTrigger,
     ConversationItemKind,
@@ -244,6 +245,15 @@ def _bounds(annotated: Any) -> tuple[int, int]:
     return low, high
 
 
+def _max_length(annotated: Any) -> int | None:
+    """The max length a pydantic Annotated type declares (it may declare no minimum)."""
+    for info in typing.get_args(annotated)[1:]:
+        for bound in getattr(info, "metadata", ()):
+            if isinstance(bound, annotated_types.MaxLen):
+                return bound.max_length
+    return None
+
+
 async def test_ordering_key_rule(conn: asyncpg.Connection, ws: Workspace) -> None:
     """The outbox function takes the ordering keys the API takes: the same lengths, and no
     character the API calls a control (every code point is asked)."""
@@ -353,6 +363,43 @@ async def test_webhook_option_bounds(conn: asyncpg.Connection) -> None:
         "max_concurrency": _bounds(models.Concurrency),
         "rate_limit": _bounds(models.RateLimit),
     }
+    # ... and as the domain's one description of an endpoint does (domain/endpoints.py).
+    assert between == {
+        "max_concurrency": (endpoints.MIN_CONCURRENCY, endpoints.MAX_CONCURRENCY),
+        "rate_limit": (endpoints.MIN_RATE_LIMIT, endpoints.MAX_RATE_LIMIT),
+    }
+
+
+def test_webhook_option_bounds_of_the_models_are_the_domains() -> None:
+    """The API's models bound each endpoint option by the domain's constants."""
+    assert _bounds(models.Concurrency) == (endpoints.MIN_CONCURRENCY, endpoints.MAX_CONCURRENCY)
+    assert _bounds(models.RateLimit) == (endpoints.MIN_RATE_LIMIT, endpoints.MAX_RATE_LIMIT)
+    assert _bounds(models.WebhookUrl) == (1, endpoints.MAX_URL_LENGTH)
+    assert _bounds(models.EventTypes) == (1, endpoints.MAX_EVENT_TYPES)
+    assert _max_length(models.NumberIds) == endpoints.MAX_NUMBER_IDS
+    assert _max_length(models.Name) == endpoints.MAX_NAME_LENGTH
+
+
+def test_the_docs_state_the_endpoint_bounds() -> None:
+    """docs/webhooks.md and docs/api.md repeat the domain's bounds of an endpoint's options."""
+    docs = Path(__file__).parents[2] / "docs"
+    webhooks_md, api_md = (docs / "webhooks.md").read_text(), (docs / "api.md").read_text()
+    concurrency = f"{endpoints.MIN_CONCURRENCY}..{endpoints.MAX_CONCURRENCY}"
+    rate = f"{endpoints.MIN_RATE_LIMIT}..{endpoints.MAX_RATE_LIMIT}"
+    assert re.search(rf"\| `maxConcurrency` \|[^\n]*\b{re.escape(concurrency)} \|", webhooks_md)
+    assert re.search(rf"\| `rateLimit` \|[^\n]*an integer {re.escape(rate)},", webhooks_md)
+    counts = f"| {endpoints.MAX_EVENT_TYPES} event types, {endpoints.MAX_NUMBER_IDS:,} numbers |"
+    assert counts in api_md
+
+
+async def test_webhook_columns_are_the_endpoint_options(conn: asyncpg.Connection) -> None:
+    """Every option of the domain's endpoint is a column of `webhooks` of the same name (the
+    store's one column list is made from the option names)."""
+    columns = await conn.fetchval(
+        "SELECT array_agg(column_name::text) FROM information_schema.columns"
+        " WHERE table_schema = 'public' AND table_name = 'webhooks'"
+    )
+    assert set(endpoints.OPTIONS) <= set(columns)
 
 
 def test_rate_bucket_catch_up() -> None:

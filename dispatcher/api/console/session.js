@@ -1,9 +1,11 @@
 // Who is signed in, what the key may do (GET /v1/me), and what the API documents (the event
-// types, read from its OpenAPI document so that the console never drifts from the service).
+// types and the bounds of a webhook's options, read from its OpenAPI document so that the
+// console never drifts from the service: the bounds are written once, in
+// dispatcher/domain/endpoints.py).
 
 import { api } from "./api.js";
 
-export const session = { me: null, eventTypes: [] };
+export const session = { me: null, eventTypes: [], webhookBounds: {} };
 
 // A scope another one also grants (docs/api.md): a key that reads webhooks reads events too.
 const ALSO_GRANTED_BY = { "events:read": "webhooks:read" };
@@ -14,15 +16,45 @@ export function can(scope) {
   return held.includes(scope) || held.includes(ALSO_GRANTED_BY[scope]);
 }
 
+// The bounds a field's schema states (of its non-null form, when it may be null).
+const BOUNDS = ["minimum", "maximum", "minLength", "maxLength", "maxItems"];
+
+function boundsOf(schema) {
+  const variants = schema.anyOf || [schema];
+  const given = variants.find((variant) => variant.type && variant.type !== "null") || {};
+  return Object.fromEntries(BOUNDS.filter((bound) => bound in given).map((bound) => [bound, given[bound]]));
+}
+
+/** The bounds of each field of a webhook's create body, by field name (from its schema). */
+function webhookBounds(documented) {
+  const body = documented.paths["/v1/webhooks"].post.requestBody.content["application/json"].schema;
+  const schema = body.$ref ? documented.components.schemas[body.$ref.split("/").pop()] : body;
+  return Object.fromEntries(Object.entries(schema.properties).map(([name, field]) => [name, boundsOf(field)]));
+}
+
 export async function loadCatalog() {
   try {
     const documented = await api("GET", "/v1/openapi.json");
     const listing = documented.paths["/v1/webhooks/{webhook_id}/deliveries"].get.parameters;
     const event = listing.find((parameter) => parameter.name === "event");
     session.eventTypes = (event && event.schema.enum) || [];
+    session.webhookBounds = webhookBounds(documented);
   } catch {
     session.eventTypes = [];
+    session.webhookBounds = {};
   }
+}
+
+/** The bounds the API states for a webhook field (`{minimum, maximum, maxLength, ...}`; `{}`
+ * when the document could not be read: the server's 400 still says what is wrong). */
+export function webhookFieldBounds(name) {
+  return session.webhookBounds[name] || {};
+}
+
+/** A field's range as a hint: "1..10000", or "" when the document gave none. */
+export function rangeHint(name) {
+  const { minimum, maximum } = webhookFieldBounds(name);
+  return minimum !== undefined && maximum !== undefined ? `${minimum}..${maximum}` : "";
 }
 
 /** The event types a subscription may name (the test event is sent only by "Send a test"). */

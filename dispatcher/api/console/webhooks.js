@@ -4,7 +4,7 @@
 import { api, segment } from "./api.js";
 import { attemptsChart } from "./chart.js";
 import { badge, field, h, orDash, show, when } from "./dom.js";
-import { can, subscribableTypes } from "./session.js";
+import { can, rangeHint, subscribableTypes, webhookFieldBounds } from "./session.js";
 import { Pager, actionButton, errorBox, isoToLocal, localToIso, notify, pageHead, percent, select } from "./ui.js";
 
 const WINDOWS = [["1h", "last hour"], ["24h", "last 24 hours"], ["7d", "last 7 days"]];
@@ -215,7 +215,7 @@ const EXTRA_FIELDS = [
   { name: "secretHeaders", caption: "secret headers", kind: "json", writeOnly: true, hint: "JSON object, sent with every attempt and never shown again; empty keeps them, {} clears them" },
   { name: "filter", caption: "payload filter", kind: "json", hint: 'JSON object the event data must contain, e.g. {"direction": "incoming"}; empty: every event' },
   { name: "ordering", caption: "ordering", kind: "choice", choices: [["", "(server default)"], ["none", "none"], ["fifo", "fifo"]] },
-  { name: "rateLimit", caption: "rate limit (requests/s)", kind: "integer", hint: "1..10000; empty: no limit" },
+  { name: "rateLimit", caption: "rate limit (requests/s)", kind: "integer", hint: () => [rangeHint("rateLimit"), "empty: no limit"].filter(Boolean).join("; ") },
 ];
 
 function extraControl(extra, hook) {
@@ -226,7 +226,8 @@ function extraControl(extra, hook) {
     return select(extra.name, extra.choices, value === null ? "" : value, { id });
   }
   if (extra.kind === "integer") {
-    return h("input", { id, name: extra.name, type: "number", min: 1, step: 1, value: value === null ? "" : value });
+    const { minimum, maximum } = webhookFieldBounds(extra.name);
+    return h("input", { id, name: extra.name, type: "number", min: minimum, max: maximum, step: 1, value: value === null ? "" : value });
   }
   const empty = value === null || (typeof value === "object" && Object.keys(value).length === 0);
   return h("textarea", { id, name: extra.name, rows: 2, spellcheck: "false", value: empty ? "" : JSON.stringify(value, null, 2) });
@@ -252,7 +253,7 @@ function numberIdsOf(text) {
 /** The create (hook undefined) or edit form; `done(hook)` runs after a success. */
 function webhookForm(ctx, hook, done) {
   const url = h("input", { id: "field-url", type: "url", required: true, value: hook ? hook.url : "", placeholder: "https://example.com/webhooks" });
-  const name = h("input", { id: "field-name", type: "text", maxlength: 255, value: hook ? hook.name || "" : "" });
+  const name = h("input", { id: "field-name", type: "text", maxlength: webhookFieldBounds("name").maxLength, value: hook ? hook.name || "" : "" });
   const types = subscribableTypes();
   const chosen = new Set(hook ? hook.events : []);
   const boxes = types.map((type) => h("input", { type: "checkbox", value: type, checked: chosen.has(type) }));
@@ -262,7 +263,8 @@ function webhookForm(ctx, hook, done) {
       boxes.map((box) => h("label", { class: "check" }, box, box.value)))
     : field("Events (comma-separated)", eventsText);
   const numbers = h("input", { id: "field-numbers", type: "text", value: hook && hook.numberIds ? hook.numberIds.join(", ") : "" });
-  const concurrency = h("input", { id: "field-concurrency", type: "number", min: 1, max: 1000, value: hook ? hook.maxConcurrency : "" });
+  const { minimum, maximum } = webhookFieldBounds("maxConcurrency");
+  const concurrency = h("input", { id: "field-concurrency", type: "number", min: minimum, max: maximum, value: hook ? hook.maxConcurrency : "" });
   const extras = EXTRA_FIELDS.map((extra) => [extra, extraControl(extra, hook)]);
   const initial = new Map([[url, url.value], [name, name.value], [numbers, numbers.value], [concurrency, String(concurrency.value)],
     ...extras.map(([, control]) => [control, control.value])]);
@@ -294,7 +296,7 @@ function webhookForm(ctx, hook, done) {
     field("Numbers (optional)", numbers, "PN… ids separated by commas; empty: every number"),
     field("Max concurrency", concurrency, "requests in flight at once; empty: the service default"),
     h("fieldset", { class: "extras" }, h("legend", {}, "Headers, filter, ordering, rate limit"),
-      extras.map(([extra, control]) => field(extra.caption, control, extra.hint))),
+      extras.map(([extra, control]) => field(extra.caption, control, typeof extra.hint === "function" ? extra.hint() : extra.hint))),
     problem,
     h("button", { type: "submit", class: "primary" }, hook ? "Save changes" : "Create the webhook"));
   form.addEventListener("submit", async (event) => {

@@ -301,13 +301,14 @@ WITH finishing AS (
       AND e.id = q.event_id
       AND e.created_at = q.created_at
     RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, ranked.due_at,
-              e.payload, e.created_at AS event_created_at, w.url, w.secret, w.previous_secret,
-              w.previous_secret_expires_at,
-              coalesce(w.max_concurrency, @default_concurrency) AS max_concurrency,
+              e.payload, e.created_at AS event_created_at, w.secret, w.previous_secret,
+              w.previous_secret_expires_at, coalesce(w.max_concurrency, @default_concurrency) AS concurrency,
               q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
-              w.secret_headers, q.lane IS NOT NULL AS in_lane,
-              w.ordering = 'fifo' AS serialised, ranked.rate_limit, ranked.deal,
-              ranked.ring_pos
+              q.lane IS NOT NULL AS in_lane, w.ordering = 'fifo' AS serialised, ranked.deal,
+              ranked.ring_pos,
+              -- The endpoint's options, all of them (store/webhooks.py writes its one column
+              -- list in here: the engine gets them as one EndpointOptions).
+              {options}
 )
 -- Every leased row, with where the ring ended; one row of NULLs but those when none was.
 SELECT leased.*, ring_end.webhook_id AS ring_end, ring_end.visited

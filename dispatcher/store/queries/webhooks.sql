@@ -3,31 +3,24 @@
 -- deliveries' history still names it.
 
 -- name: create
--- A new live subscription: $1 id, $2 workspace, $3 URL, $4 event types, $5 name, $6 number ids
--- (NULL: every number), $7 signing secret, $8 concurrency limit (NULL: the default), $9 time,
--- $10 custom headers, $11 secret headers, $12 payload filter (NULL: none), $13 rate limit
--- (NULL: none), $14 ordering; a rate limit gets its bucket (webhook_rates).
+-- A new live subscription: $1 id, $2 workspace, $3 signing secret, $4 time, then its options
+-- (`{options}`: the columns of domain/endpoints.py's EndpointOptions, in order, and
+-- `{option_parameters}` their parameters, $5 on: store/webhooks.py writes them in); a rate
+-- limit gets its bucket (webhook_rates). Returns it as `webhook` does.
 WITH made AS (
-    INSERT INTO webhooks (id, workspace_id, url, events, name, number_ids, secret,
-                          max_concurrency, created_at, headers, secret_headers, payload_filter,
-                          rate_limit, ordering)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-    RETURNING id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
-              disabled_at, disabled_reason, headers, payload_filter,
-              ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names,
-              rate_limit, ordering
+    INSERT INTO webhooks (id, workspace_id, secret, created_at, {options})
+    VALUES ($1, $2, $3, $4, {option_parameters})
+    RETURNING id, workspace_id, created_at, disabled_at, disabled_reason, {answered_options}
 ), bucket AS (
     INSERT INTO webhook_rates (webhook_id) SELECT id FROM made WHERE rate_limit IS NOT NULL
 )
 SELECT * FROM made
 
 -- name: webhook
--- Webhook $2 of workspace $1, unless deleted.
-SELECT id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
-       disabled_at, disabled_reason, headers, payload_filter,
-       -- Only the names of the secret headers ever leave the database for the API.
-       ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names,
-       rate_limit, ordering
+-- Webhook $2 of workspace $1, unless deleted, with its options as answered
+-- (`{answered_options}`: a write-only option, the secret headers, by name only, its values
+-- withheld: they never leave the database for the API).
+SELECT id, workspace_id, created_at, disabled_at, disabled_reason, {answered_options}
 FROM webhooks
 WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
 
@@ -39,12 +32,9 @@ SELECT EXISTS (
 )
 
 -- name: webhooks_page
--- A page of webhooks (store/pages.py adds the conditions, the order and the limit).
-SELECT id, workspace_id, url, events, name, number_ids, max_concurrency, created_at,
-       disabled_at, disabled_reason, headers, payload_filter,
-       -- Only the names of the secret headers ever leave the database for the API.
-       ARRAY(SELECT jsonb_object_keys(secret_headers)) AS secret_header_names,
-       rate_limit, ordering
+-- A page of webhooks, as `webhook` answers each (store/pages.py adds the conditions, the order
+-- and the limit).
+SELECT id, workspace_id, created_at, disabled_at, disabled_reason, {answered_options}
 FROM webhooks
 
 -- name: give_up_pending
@@ -77,23 +67,6 @@ RETURNING id, workspace_id
 SELECT id, disabled_at, headers, secret_headers, ordering FROM webhooks
 WHERE workspace_id = $1 AND id = $2 AND deleted_at IS NULL
 FOR NO KEY UPDATE
-
--- name: update
--- Apply a change to webhook $1: the URL ($3), event types ($5), name ($7), number ids ($9),
--- concurrency limit ($11), custom headers ($13), secret headers ($15), payload filter ($17),
--- rate limit ($19) and ordering ($21) each change when its flag ($2, $4, ... $20) is true.
-UPDATE webhooks SET
-    url = CASE WHEN $2::boolean THEN $3 ELSE url END,
-    events = CASE WHEN $4::boolean THEN $5 ELSE events END,
-    name = CASE WHEN $6::boolean THEN $7 ELSE name END,
-    number_ids = CASE WHEN $8::boolean THEN $9 ELSE number_ids END,
-    max_concurrency = CASE WHEN $10::boolean THEN $11 ELSE max_concurrency END,
-    headers = CASE WHEN $12::boolean THEN $13 ELSE headers END,
-    secret_headers = CASE WHEN $14::boolean THEN $15 ELSE secret_headers END,
-    payload_filter = CASE WHEN $16::boolean THEN $17 ELSE payload_filter END,
-    rate_limit = CASE WHEN $18::boolean THEN $19 ELSE rate_limit END,
-    ordering = CASE WHEN $20::boolean THEN $21 ELSE ordering END
-WHERE id = $1
 
 -- name: add_bucket
 -- Webhook $1 has a rate limit: its token bucket (webhook_rates), full; one it has is kept.

@@ -1,0 +1,90 @@
+"""An endpoint's options: the one description of what a webhook subscription may set.
+
+Each option is one field of `EndpointOptions`, named as its column in `webhooks` (schema.sql);
+its bounds are the constants below, which the API's models state (api/models.py, and through
+them the OpenAPI document the console reads its form's bounds from) and the CHECK constraints
+repeat (tests/store/test_facts_agree.py keeps the two equal). The store reads and writes an
+endpoint with the column list these fields make (store/webhooks.py `option_columns`), builds
+a PATCH from the fields a change names (`EndpointChanges`), and the claim hands the engine the
+same type (store/queue.py `Claimed.endpoint`).
+
+So adding a per-endpoint option is: a field here (and its bound), its column (a migration and
+schema.sql), the API's create/patch/answer shapes, and whatever uses it (README.md, "Adding an
+endpoint option").
+
+Which secrets sign an endpoint's requests now is `signing.signing_secrets` (a rotation's
+previous secret during its grace); the secrets themselves are no option (never set by a
+client, never answered but by the secret routes) and stay out of this type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple, TypedDict
+
+from dispatcher.domain.enums import Ordering
+
+# -- bounds (the API's models, the CHECK constraints and docs/webhooks.md state these) --------
+
+MAX_URL_LENGTH = 2048  # characters of `url`
+MAX_EVENT_TYPES = 64  # entries of `events` (at least one)
+MAX_NUMBER_IDS = 1000  # entries of `numberIds`
+MAX_NAME_LENGTH = 255  # characters of `name`
+MIN_CONCURRENCY, MAX_CONCURRENCY = 1, 1000  # `maxConcurrency`: requests in flight at once
+MIN_RATE_LIMIT, MAX_RATE_LIMIT = 1, 10000  # `rateLimit`: requests a second
+
+# Options whose values never leave the store for an answer: a read for the API gets their
+# names with this in place of each value (`secretHeaders` -> `secretHeaderNames`).
+WITHHELD = ""
+WRITE_ONLY = frozenset({"secret_headers"})
+
+
+class EndpointOptions(NamedTuple):
+    """What a subscription sets, one field per column of `webhooks` (same name), as stored.
+
+    A NamedTuple, like the store's rows (store/rows.py), of the types the driver reads: the
+    claim makes one per delivery it leases, and a tuple costs a fifth of a frozen dataclass.
+    None and `{}` mean what the column's comment in schema.sql says (None `max_concurrency`:
+    the setting's default)."""
+
+    url: str
+    events: list[str]
+    name: str | None = None
+    number_ids: list[str] | None = None  # None: every number
+    max_concurrency: int | None = None  # None: DISPATCHER_MAX_CONCURRENCY_PER_WEBHOOK
+    headers: dict[str, str] = {}  # never mutated (a NamedTuple default)
+    # Read for the API, its values are WITHHELD (only the names are shown).
+    secret_headers: dict[str, str] = {}
+    payload_filter: dict[str, Any] | None = None  # None: no filter (`{}` is stored as None)
+    rate_limit: int | None = None  # None: no limit
+    ordering: str = Ordering.NONE  # an Ordering (text as the driver reads it)
+
+
+# The options, in column order: the store's one column list.
+OPTIONS: tuple[str, ...] = EndpointOptions._fields
+
+
+class EndpointChanges(TypedDict, total=False):
+    """A change to an endpoint, by option: a key present is set (None clears what may be
+    cleared), a key absent is kept. `headers` and `secret_headers` are replaced whole (`{}`:
+    none); `payload_filter` is stored as given (None: no filter); `enabled` moves the endpoint
+    between live and disabled (manual), and is the one key that is no option.
+    (tests/domain/test_endpoints.py keeps its keys those of `EndpointOptions`.)"""
+
+    url: str
+    events: list[str]
+    name: str | None
+    number_ids: list[str] | None
+    max_concurrency: int | None
+    headers: dict[str, str]
+    secret_headers: dict[str, str]
+    payload_filter: dict[str, Any] | None
+    rate_limit: int | None
+    ordering: Ordering
+    enabled: bool
+
+
+def changed_options(changes: Mapping[str, object]) -> list[str]:
+    """The options a change sets, in column order (never `enabled`, never a name that is no
+    option: what a statement built from them names comes from `OPTIONS` only)."""
+    return [option for option in OPTIONS if option in changes]
