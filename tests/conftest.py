@@ -22,11 +22,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from dispatcher import log as dispatcher_log
 from dispatcher.api.app import create_app
 from dispatcher.api.context import SCOPES, Services
-from dispatcher.domain.clock import FakeClock
 from dispatcher.settings import Settings
 from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.embedded import start_embedded, stop_embedded
+from tests.clock import FakeClock
 
 pytest_plugins = ["tests.receiver", "tests.browser"]
 

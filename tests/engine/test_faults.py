@@ -18,8 +18,8 @@ import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace
 from tests.engine.faults import TECHNICAL, engine_with
 from tests.engine.helpers import attempted, publish, subscribe

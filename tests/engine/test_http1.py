@@ -28,10 +28,10 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestClient
 
 from dispatcher import __version__
-from dispatcher.domain.clock import FakeClock
 from dispatcher.engine import http1
 from dispatcher.engine.http1 import Http1Client, RequestFailed
 from dispatcher.engine.sender import Outcome, Sender
+from tests.clock import FakeClock
 from tests.conftest import Workspace, wait_for
 from tests.engine.faults import TECHNICAL, engine_with
 from tests.engine.helpers import attempted, publish, subscribe
