@@ -32,9 +32,10 @@ test: $(STAMP)
 
 # The quick loop while editing: the unit and API tests, without the ones marked `slow`
 # (processes, browsers, upgrades, load, real timeouts; the list is in tests/conftest.py).
-# No lint or type checks; `make test` runs those and every test.
+# No lint or type checks; `make test` runs those and every test. Two workers (pytest-xdist),
+# each with its own template and databases (and its own embedded Postgres without DATABASE_URL).
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -m "not slow" -n 2
 
 BENCH_STAMP := $(VENV)/.installed-bench
 

@@ -1,7 +1,9 @@
 """Real Postgres for every test: DATABASE_URL when set, else an embedded server.
 
-The schema is applied once to a template database; each test gets its own database cloned
-from it (`CREATE DATABASE ... TEMPLATE`), which is fast and fully isolated.
+The schema is applied once to a template database; each test gets a database of its own that
+is as the template made it: cloned from it (`CREATE DATABASE ... TEMPLATE`) once, then reset
+between tests, which is much cheaper than a clone (tests/databases.py says how, and when a
+used database is dropped rather than reused).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -22,18 +23,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from dispatcher import log as dispatcher_log
 from dispatcher.api.app import create_app
 from dispatcher.api.framework.context import SCOPES, Services
-from dispatcher.domain.clock import FakeClock
 from dispatcher.settings import Settings
 from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.embedded import start_embedded, stop_embedded
+from tests.clock import FakeClock
+from tests.databases import Databases, with_database
 
 pytest_plugins = ["tests.receiver", "tests.browser"]
-
-
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + name))
 
 
 SECRET_SHAPES = re.compile(r"whsec_[A-Za-z0-9+/]{16,}|dk_[A-Za-z0-9_-]{16,}")
@@ -61,9 +58,13 @@ def no_secret_in_any_log() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 async def no_process_left_behind() -> AsyncIterator[None]:
     """A test that fails half-way must not leave dispatcher processes running."""
+    yield
+    await stop_started_processes()
+
+
+async def stop_started_processes() -> None:
     from tests.processes import STARTED
 
-    yield
     while STARTED:
         proc = STARTED.pop()
         if proc.returncode is None:
@@ -78,8 +79,25 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
         return
     url, server = start_embedded(tmp_path_factory.mktemp("pg") / "data")
+    # A server of the tests' own, thrown away at the end: nothing it writes must survive a
+    # crash, so it need not wait for the disk (each clone and commit would).
+    loop = asyncio.new_event_loop()  # not asyncio.run: that would unset the tests' loop
+    try:
+        loop.run_until_complete(_without_durability(url))
+    finally:
+        loop.close()
     yield url
     stop_embedded(server)
+
+
+async def _without_durability(url: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            await conn.execute(f"ALTER SYSTEM SET {setting} = off")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 @pytest.fixture(scope="session")
@@ -95,16 +113,23 @@ async def template_db(server_url: str) -> AsyncIterator[str]:
     await admin.close()
 
 
+@pytest.fixture(scope="session")
+async def databases(server_url: str, template_db: str) -> AsyncIterator[Databases]:
+    """The session's test databases: cloned from the template, then reused (tests/databases.py)."""
+    made = await Databases.open(server_url, template_db)
+    yield made
+    await made.close()
+
+
 @pytest.fixture
-async def database_url(server_url: str, template_db: str) -> AsyncIterator[str]:
-    name = f"dispatcher_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-        yield with_database(server_url, name)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+async def database_url(request: pytest.FixtureRequest, databases: Databases) -> AsyncIterator[str]:
+    """A database of its own for this test, as the template made it: a used one reset to the
+    template's rows, or a fresh clone (the `fresh_database` mark asks for one always)."""
+    fresh = request.node.get_closest_marker("fresh_database") is not None
+    name = await databases.take(fresh=fresh)
+    yield databases.url(name)
+    await stop_started_processes()  # they may still be connected, and would write again
+    await databases.give_back(name, reuse=not fresh)
 
 
 @pytest.fixture

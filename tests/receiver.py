@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from dispatcher.domain.clock import Clock, FakeClock
+from dispatcher.domain.clock import Clock
 from dispatcher.engine.worker import Engine
 from dispatcher.settings import Settings
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 
 
 @dataclass

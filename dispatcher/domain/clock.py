@@ -1,9 +1,10 @@
-"""Time as a dependency, so retry schedules and the disable rule are tested in milliseconds."""
+"""Time as a dependency, so retry schedules and the disable rule are tested in milliseconds
+(with tests/clock.py's FakeClock)."""
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Protocol
 
 
@@ -14,25 +15,6 @@ class Clock(Protocol):
 class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
-
-
-class FakeClock:
-    """A clock that moves only when told to (tests), or by `tick` seconds on every read."""
-
-    def __init__(self, start: datetime | None = None, tick: float = 0.0) -> None:
-        self._now = start or datetime.now(UTC)
-        self._tick = timedelta(seconds=tick)
-
-    def now(self) -> datetime:
-        self._now += self._tick
-        return self._now
-
-    def advance(self, seconds: float) -> datetime:
-        self._now += timedelta(seconds=seconds)
-        return self._now
-
-    def set(self, moment: datetime) -> None:
-        self._now = moment
 
 
 def isoformat(moment: datetime) -> str:

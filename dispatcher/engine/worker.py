@@ -125,7 +125,6 @@ class Engine:
         # Held by name: `stop` waits for the claim loop to end before anything else.
         self._claim_loop: asyncio.Task[None] | None = None
         self._db_healthy = True
-        self.reconcile_every = RECONCILE_SECONDS
         self._reconcile_at = 0.0  # loop time; 0: at the first claim, and after a failed one
         self.reconciliations = 0  # how many ran (for tests and debugging)
         self.poller_probe = POLLER_PROBE_SECONDS
@@ -281,7 +280,7 @@ class Engine:
         released = await queue.release_unheld(
             self.db, owner=self.owner, held=held, now=self.clock.now()
         )
-        self._reconcile_at = now + self.reconcile_every
+        self._reconcile_at = now + RECONCILE_SECONDS
         self.reconciliations += 1
         if released:
             log.warning("engine.leases_reclaimed", count=released)

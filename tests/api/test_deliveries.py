@@ -7,8 +7,9 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.domain.clock import isoformat
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace
 
 

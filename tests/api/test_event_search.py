@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock
+from tests.clock import FakeClock
 from tests.conftest import MakeWorkspace, Workspace
 
 

@@ -9,8 +9,8 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import MakeWorkspace, Workspace
 
 

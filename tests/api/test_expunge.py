@@ -11,10 +11,11 @@ from aiohttp.test_utils import TestClient
 
 from dispatcher.api.framework.context import SCOPES
 from dispatcher.carrier import SandboxCarrier
-from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.domain.clock import isoformat
 from dispatcher.domain.enums import Scope
 from dispatcher.engine.worker import Engine
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import MakeWorkspace, Workspace, wait_for
 from tests.engine.helpers import deliveries, get_json, subscribe
 from tests.receiver import EngineFactory, Receiver, answer

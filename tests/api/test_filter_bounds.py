@@ -16,7 +16,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.domain.clock import isoformat
 from dispatcher.domain.payload_filter import (
     MAX_COMPARED_ARRAY_ELEMENTS,
     MAX_FILTER_ARRAY_ELEMENTS,
@@ -25,6 +25,7 @@ from dispatcher.domain.payload_filter import (
 from dispatcher.store import webhooks
 from dispatcher.store.database import Database
 from tests.api.payload_filters import URL, delivered_ids, filter_test, publish, subscribe
+from tests.clock import FakeClock
 from tests.conftest import Workspace
 
 A = MAX_FILTER_ARRAY_ELEMENTS

@@ -13,8 +13,8 @@ from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 
 from dispatcher.api.framework.idempotency import request_fingerprint
-from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace
 
 FIRST = b'{"type": "contact.updated", "data": {"id": "CT1", "tags": ["a", "b"], "n": 1}}'

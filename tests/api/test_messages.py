@@ -152,7 +152,7 @@ async def test_sandbox_carrier_moves_messages_along(
 async def test_sandbox_delay_is_respected(
     client: TestClient[Any, Any], ws: Workspace, services: Services, db: Database
 ) -> None:
-    from dispatcher.domain.clock import FakeClock
+    from tests.clock import FakeClock
 
     clock = services.clock
     assert isinstance(clock, FakeClock)

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.domain.clock import isoformat
 from dispatcher.store import deliveries, pages
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace, wait_for
 
 EVENTS = 30_000

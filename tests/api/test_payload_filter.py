@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.domain.clock import isoformat
 from dispatcher.domain.endpoints import EndpointOptions
 from dispatcher.store import webhooks
 from dispatcher.store.database import Database
 from tests.api.payload_filters import URL, delivered_ids, filter_test, publish, subscribe
+from tests.clock import FakeClock
 from tests.conftest import MakeWorkspace, Workspace
 
 

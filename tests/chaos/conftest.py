@@ -11,11 +11,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher.api.app import create_app
 from dispatcher.api.framework.context import Services
-from dispatcher.domain.clock import FakeClock
 from dispatcher.settings import Settings
 from dispatcher.store import workspaces
 from dispatcher.store.database import Database
 from tests.chaos.forwarder import Forwarder, forwarding
+from tests.clock import FakeClock
 
 
 @pytest.fixture

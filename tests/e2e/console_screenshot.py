@@ -35,7 +35,8 @@ from dispatcher.store import stats
 from dispatcher.store.database import Database
 from dispatcher.store.embedded import start_embedded, stop_embedded
 from tests.browser import DESKTOP, Browser, start_chromium
-from tests.conftest import wait_for, with_database
+from tests.conftest import wait_for
+from tests.databases import with_database
 from tests.processes import free_port, read_until, start, stop
 from tests.records import attempt_result
 

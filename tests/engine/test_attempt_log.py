@@ -8,7 +8,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.domain.clock import isoformat
+from tests.clock import FakeClock
 from tests.conftest import MakeWorkspace, Workspace, wait_for
 from tests.engine.helpers import attempted, get_json, publish, subscribe
 from tests.receiver import EngineFactory, Receiver, answer, chunked, sequence

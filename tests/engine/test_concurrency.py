@@ -11,11 +11,12 @@ from typing import Any
 import structlog.testing
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock, SystemClock
+from dispatcher.domain.clock import SystemClock
 from dispatcher.engine.worker import Engine
 from dispatcher.settings import Settings
 from dispatcher.store import queue
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import bulk_publish, deliveries, publish, slow_ok, subscribe
 from tests.receiver import EngineFactory, Receiver

@@ -12,8 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from standardwebhooks.webhooks import Webhook
 
-from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import attempted, get_json, publish, subscribe
 from tests.receiver import EngineFactory, Receiver, answer, sequence

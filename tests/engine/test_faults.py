@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace, wait_for
 from tests.engine.faults import TECHNICAL, engine_with, inject
 from tests.engine.helpers import attempted, publish, subscribe

@@ -7,12 +7,15 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.domain.clock import isoformat
+from dispatcher.engine import worker
 from dispatcher.store import queue
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import deliveries, publish, subscribe
 from tests.receiver import EngineFactory, Receiver, answer
@@ -195,6 +198,7 @@ async def test_leases_of_a_claim_whose_answer_was_lost_are_handed_back(
     receiver: Receiver,
     make_engine: EngineFactory,
     clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A claim that commits while its connection is cut leases rows to an engine that never
     hears of them: it beats on, so no other engine takes them back. It hands them back
@@ -209,7 +213,7 @@ async def test_leases_of_a_claim_whose_answer_was_lost_are_handed_back(
         db, owner=engine.owner, now=clock.now(), limit=10, default_concurrency=10
     )
     assert len(lost.rows) == 2  # the endpoint's every slot
-    engine.reconcile_every = 0.05
+    monkeypatch.setattr(worker, "RECONCILE_SECONDS", 0.05)  # read at each reconciliation
     await engine.start()
     rows = {name: await settled(client, ws, hook["id"], name) for name in ("lost-1", "lost-2")}
     rows["after"] = await settled(client, ws, hook["id"], "after")
@@ -227,15 +231,15 @@ async def test_reconciling_leaves_the_leases_of_attempts_in_flight_alone(
     ws: Workspace,
     receiver: Receiver,
     make_engine: EngineFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Handing back what the engine does not hold never takes an attempt from under it: a
     hanging request keeps its lease through many reconciliations, and is sent once."""
     receiver.behaviours["/hook"] = receiver.hang
     hook = await subscribe(client, ws, receiver.url())
     await publish(client, ws, "hanging")
-    engine = await make_engine(start=False)
-    engine.reconcile_every = 0.01
-    await engine.start()
+    monkeypatch.setattr(worker, "RECONCILE_SECONDS", 0.01)  # read at each reconciliation
+    engine = await make_engine()
     await in_flight(receiver)
     for _ in range(5):  # reconciliations meanwhile: each claim loop turn after 10 ms
         engine.poke()

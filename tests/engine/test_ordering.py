@@ -17,11 +17,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock
 from dispatcher.engine.worker import Engine
 from dispatcher.settings import Settings
 from dispatcher.store import maintenance
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import deliveries, get_json, subscribe
 from tests.receiver import Receiver

@@ -7,9 +7,9 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from dispatcher.domain.clock import FakeClock
 from dispatcher.settings import DEFAULT_RETRY_SCHEDULE
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import (
     attempted,

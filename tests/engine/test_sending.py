@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 from standardwebhooks.webhooks import Webhook
 
 from dispatcher import __version__
-from dispatcher.domain.clock import FakeClock
+from tests.clock import FakeClock
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import attempted, only_delivery, publish, subscribe
 from tests.receiver import EngineFactory, Receiver, answer

@@ -11,11 +11,12 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from dispatcher.domain import health
-from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.domain.clock import isoformat
 from dispatcher.domain.health import StatsWindow
 from dispatcher.domain.outcomes import AttemptOutcome, AttemptResult, Delivered
 from dispatcher.store import maintenance, queue, stats
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import MakeWorkspace, Workspace, wait_for
 from tests.engine.helpers import attempted, deliveries, get_json, publish, subscribe
 from tests.receiver import EngineFactory, Receiver, answer, sequence

@@ -21,11 +21,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher import metrics, monitor
-from dispatcher.domain.clock import FakeClock, SystemClock
+from dispatcher.domain.clock import SystemClock
 from dispatcher.domain.events import PUBLISHABLE_TYPES
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import publish, subscribe, wait_recorded
 from tests.observability.prometheus import sample, scrape

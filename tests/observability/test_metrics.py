@@ -14,8 +14,8 @@ from dispatcher import monitor
 from dispatcher.api.app import create_app
 from dispatcher.api.framework.context import Services
 from dispatcher.api.health import ReadinessCheck
-from dispatcher.domain.clock import FakeClock
 from dispatcher.store.database import Database
+from tests.clock import FakeClock
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import publish, subscribe, wait_recorded
 from tests.observability.prometheus import sample, scrape

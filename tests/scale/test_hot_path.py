@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+import pytest
 
 from dispatcher.domain.outcomes import AttemptOutcome, AttemptResult, Delivered
 from dispatcher.store import queue
@@ -23,6 +24,8 @@ from tests.conftest import Workspace
 WEBHOOKS = 100
 EVENTS = 500  # 50,000 pending deliveries, as in the drain
 CLAIM = 500
+# Statistics a used database kept would change the plans: each test has one nobody used.
+pytestmark = pytest.mark.fresh_database
 
 
 def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.conftest import with_database
+from tests.databases import with_database
 
 # The first release's schema.sql, byte for byte (`git show c801a91:schema.sql`): the schema
 # every database made before migrations existed is at.

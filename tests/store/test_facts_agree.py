@@ -11,6 +11,8 @@ Each such fact has its Python home, and this module compares it with where SQL s
 - the event-type pattern, the ordering key's rule, the JSON bounds of published data and the
   payload filter's compared-array bound, by asking the database's own functions;
 - which secrets sign now (domain/signing.py against queries/webhooks.sql's demo statement);
+- the trigger a new delivery gets and the test event's name in dispatcher_add_deliveries, read
+  from the live function (wherever its text is kept);
 - the bounds of webhook options (CHECK constraints, the API's models and the docs against
   domain/endpoints.py), that each of its options is a column, and the rate bucket's catch-up
   (queries/queue.sql against domain/rate_limits.py).
@@ -447,3 +449,27 @@ async def test_which_secrets_sign_now(conn: asyncpg.Connection, db: Database) ->
     assert in_sql == in_python
     assert in_python["WHc"] == ["whsec_WHc", "whsec_old_c"]  # the grace still runs
     assert in_python["WHb"] == ["whsec_WHb"]  # it ends at its instant
+
+
+async def test_a_new_deliverys_trigger_and_lane(conn: asyncpg.Connection) -> None:
+    """dispatcher_add_deliveries (every delivery's birth, read from the live database so that
+    it holds wherever the function's text lives) names the test event as the domain does, and
+    gives a new delivery the trigger its enumeration has for it: `test` for the test event,
+    `schedule` otherwise; the test event never takes a FIFO lane."""
+    sources = [
+        _without_comments(row["source"])
+        for row in await conn.fetch(
+            "SELECT pg_get_functiondef(oid) AS source FROM pg_proc"
+            " WHERE proname = 'dispatcher_add_deliveries'"
+        )
+    ]
+    assert sources
+    trigger = re.compile(r"CASE WHEN p_type = '([^']*)' THEN '([^']*)' ELSE '([^']*)' END")
+    picked = [match.groups() for code in sources for match in trigger.finditer(code)]
+    assert picked, "dispatcher_add_deliveries no longer picks the trigger as this test reads it"
+    assert set(picked) == {(TEST_EVENT, AttemptTrigger.TEST, AttemptTrigger.SCHEDULE)}
+    event_types = [
+        value for code in sources for value in re.findall(r"p_type\s*(?:=|<>)\s*'([^']*)'", code)
+    ]
+    assert len(event_types) >= 3  # the is-test flag, the trigger, the lane
+    assert set(event_types) == {TEST_EVENT}

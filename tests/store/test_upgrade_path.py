@@ -25,13 +25,14 @@ from dispatcher.api import resources
 from dispatcher.api.app import create_app
 from dispatcher.api.framework.context import SCOPES, Services
 from dispatcher.domain import ids, signing
-from dispatcher.domain.clock import FakeClock, isoformat
+from dispatcher.domain.clock import isoformat
 from dispatcher.domain.events import API_VERSION, TEST_EVENT
 from dispatcher.engine.worker import Engine
 from dispatcher.settings import Settings
 from dispatcher.store import schema, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.rows import DeliveryRow, as_row
+from tests.clock import FakeClock
 from tests.conftest import wait_for
 from tests.processes import cli
 from tests.receiver import Receiver
