@@ -719,10 +719,16 @@ async def test_an_idle_connection_elsewhere_gives_way() -> None:
 
 
 async def test_waiting_for_room_counts_in_the_timeout() -> None:
+    """The second request waits for the one connection the first holds; its wait is part of
+    its 0.3 s, so it ends when its own 0.3 s do (a wait outside the timeout would end at
+    0.6 s or later). It may still connect in the moment between the first's timeout freeing
+    the room and its own: a race with no wrong outcome, so the count of connections is not
+    asserted."""
     async with RawServer(hang) as server, lean(max_connections=1, timeout=0.3) as sender:
         outcomes = await asyncio.gather(send(sender, server.url()), send(sender, server.url()))
         assert [o.error for o in outcomes] == ["timeout after 0.3s"] * 2
-        assert server.connections == 1
+        assert all(o.elapsed_ms < 600 for o in outcomes), [o.elapsed_ms for o in outcomes]
+        assert 1 <= server.connections <= 2
         assert pool(sender).open_connections == 0
 
 
