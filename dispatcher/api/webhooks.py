@@ -66,6 +66,24 @@ class PassedOptions(Body):
     null: the default), answered as stored. A new such option is one field here (after its
     field in domain/endpoints.py and its column): nothing else in the API names it."""
 
+    # Seconds an attempt may take, connecting included; null: DISPATCHER_REQUEST_TIMEOUT.
+    timeoutSeconds: (
+        Annotated[
+            float,
+            Field(ge=endpoints.MIN_TIMEOUT_SECONDS, le=endpoints.MAX_TIMEOUT_SECONDS),
+        ]
+        | None
+    ) = None
+    # Seconds after each failed attempt (attempts: its length + 1, then given up); null:
+    # DISPATCHER_RETRY_SCHEDULE.
+    retrySchedule: (
+        Annotated[
+            list[Annotated[int, Field(ge=endpoints.MIN_RETRY_DELAY, le=endpoints.MAX_RETRY_DELAY)]],
+            Field(min_length=endpoints.MIN_RETRY_DELAYS, max_length=endpoints.MAX_RETRY_DELAYS),
+        ]
+        | None
+    ) = None
+
 
 def _option(field: str) -> str:
     """The domain option of an API field: `timeoutSeconds` -> `timeout_seconds`."""

@@ -32,6 +32,9 @@ MAX_NUMBER_IDS = 1000  # entries of `numberIds`
 MAX_NAME_LENGTH = 255  # characters of `name`
 MIN_CONCURRENCY, MAX_CONCURRENCY = 1, 1000  # `maxConcurrency`: requests in flight at once
 MIN_RATE_LIMIT, MAX_RATE_LIMIT = 1, 10000  # `rateLimit`: requests a second
+MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 0.1, 30.0  # `timeoutSeconds`: an attempt's time
+MIN_RETRY_DELAYS, MAX_RETRY_DELAYS = 1, 20  # entries of `retrySchedule`
+MIN_RETRY_DELAY, MAX_RETRY_DELAY = 1, 86400  # each delay of `retrySchedule`, in seconds
 
 # Options whose values never leave the store for an answer: a read for the API gets their
 # names with this in place of each value (`secretHeaders` -> `secretHeaderNames`).
@@ -58,6 +61,9 @@ class EndpointOptions(NamedTuple):
     payload_filter: dict[str, Any] | None = None  # None: no filter (`{}` is stored as None)
     rate_limit: int | None = None  # None: no limit
     ordering: str = Ordering.NONE  # an Ordering (text as the driver reads it)
+    timeout_seconds: float | None = None  # None: DISPATCHER_REQUEST_TIMEOUT
+    # Seconds after attempt i+1 (domain/retry.py); None: DISPATCHER_RETRY_SCHEDULE.
+    retry_schedule: list[int] | None = None
 
 
 # The options, in column order: the store's one column list.
@@ -81,6 +87,8 @@ class EndpointChanges(TypedDict, total=False):
     payload_filter: dict[str, Any] | None
     rate_limit: int | None
     ordering: Ordering
+    timeout_seconds: float | None
+    retry_schedule: list[int] | None
     enabled: bool
 
 
