@@ -1,16 +1,17 @@
 """An endpoint's options: the one description of what a webhook subscription may set.
 
 Each option is one field of `EndpointOptions`, named as its column in `webhooks` (schema.sql);
-its bounds are the constants below, which the API's models state (api/models.py, and through
-them the OpenAPI document the console reads its form's bounds from) and the CHECK constraints
-repeat (tests/store/test_facts_agree.py keeps the two equal). The store reads and writes an
-endpoint with the column list these fields make (store/webhooks.py `option_columns`), builds
-a PATCH from the fields a change names (`EndpointChanges`), and the claim hands the engine the
-same type (store/queue.py `Claimed.endpoint`).
+its bounds are the constants below, which the API's models state (api/models.py, and
+api/webhooks.py `PassedOptions`; through them the OpenAPI document the console reads its
+form's bounds from) and the CHECK constraints repeat (tests/store/test_facts_agree.py keeps
+the two equal). The store reads and writes an endpoint with the column list these fields
+make (store/webhooks.py `option_columns`), builds a PATCH from the fields a change names
+(`EndpointChanges`), and the claim hands the engine the same type (store/queue.py
+`Claimed.endpoint`).
 
 So adding a per-endpoint option is: a field here (and its bound), its column (a migration and
-schema.sql), the API's create/patch/answer shapes, and whatever uses it (README.md, "Adding an
-endpoint option").
+schema.sql), the API's shapes (one field of api/webhooks.py `PassedOptions`), and whatever
+uses it (README.md, "Adding an endpoint option").
 
 Which secrets sign an endpoint's requests now is `signing.signing_secrets` (a rotation's
 previous secret during its grace); the secrets themselves are no option (never set by a
