@@ -212,7 +212,18 @@ CREATE TABLE IF NOT EXISTS webhooks (
     -- Where the payload filter's arrays are (dispatcher_filter_arrays): fan-out reads it to
     -- bound the data arrays it compares (dispatcher_filter_passes). (Last: schema 16 added it.)
     payload_filter_arrays       text[]
-        GENERATED ALWAYS AS (dispatcher_filter_arrays(payload_filter)) STORED
+        GENERATED ALWAYS AS (dispatcher_filter_arrays(payload_filter)) STORED,
+    -- The endpoint's own attempt timeout, in seconds; NULL: DISPATCHER_REQUEST_TIMEOUT.
+    -- (Last: schema 19 added it and `retry_schedule`.)
+    timeout_seconds             double precision
+        CHECK (timeout_seconds >= 0.1 AND timeout_seconds <= 30),
+    -- The delays after each failed attempt, in seconds (its length + 1 attempts, then given
+    -- up); NULL: DISPATCHER_RETRY_SCHEDULE.
+    retry_schedule              integer[]
+        CHECK (cardinality(retry_schedule) BETWEEN 1 AND 20
+               AND array_ndims(retry_schedule) = 1
+               AND 1 <= ALL (retry_schedule) AND 86400 >= ALL (retry_schedule)
+               AND array_position(retry_schedule, NULL) IS NULL)
 );
 CREATE INDEX IF NOT EXISTS webhooks_page
     ON webhooks (workspace_id, created_at DESC, id DESC) WHERE deleted_at IS NULL;
@@ -430,4 +441,4 @@ CREATE OR REPLACE TRIGGER deliveries_status_changed AFTER UPDATE ON deliveries
 
 SELECT dispatcher_ensure_partitions(current_date - 1, current_date + 2);
 
-INSERT INTO dispatcher_schema (version) VALUES (18) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (19) ON CONFLICT DO NOTHING;

@@ -1,6 +1,6 @@
 """Request bodies: the one description of each, validated and documented from it. Here: the
-base model and the field types bodies share, and the webhook's bodies; each other resource's
-bodies live in its own module (api/<resource>.py), written the same way.
+base model and the field types bodies share (the webhook's options' among them); each
+resource's bodies live in its own module (api/<resource>.py), written the same way.
 
 Strict types (no coercion), unknown fields refused. An enumeration field is not strict: in
 Python mode, strict pydantic takes only enum members, and bodies arrive as JSON strings.
@@ -19,9 +19,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 from pydantic import (
-    MISSING,
     AfterValidator,
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -30,7 +28,6 @@ from pydantic import (
 
 from dispatcher.api.framework.openapi import JSON_VALUE_REF
 from dispatcher.domain import endpoints, headers, ids, payload_filter
-from dispatcher.domain.enums import Ordering
 from dispatcher.domain.events import EVENT_TYPES
 from dispatcher.domain.json_values import json_problem
 from dispatcher.domain.payload_filter import MAX_FILTER_BYTES, filter_problem
@@ -206,46 +203,3 @@ PayloadFilter = Annotated[
 ]
 # Requests per second to the endpoint, across every engine (docs/delivery.md, "Rate limits").
 RateLimit = Annotated[int, Field(ge=endpoints.MIN_RATE_LIMIT, le=endpoints.MAX_RATE_LIMIT)]
-
-
-class CreateWebhook(Body):
-    url: WebhookUrl
-    events: EventTypes
-    name: Name | None = None
-    numberIds: NumberIds | None = None
-    maxConcurrency: Concurrency | None = None
-    headers: HeaderMap | None = None
-    secretHeaders: HeaderMap | None = None
-    filter: PayloadFilter | None = None
-    rateLimit: RateLimit | None = None
-    ordering: Ordering = Field(default=Ordering.NONE, strict=False)
-
-
-class UpdateWebhook(Body):
-    """PATCH: absent keeps; see the interface's table for null and empty values. `url`,
-    `events` and `enabled` may be absent but not null (`MISSING` when absent)."""
-
-    url: WebhookUrl | MISSING = MISSING
-    events: EventTypes | MISSING = MISSING
-    name: Name | None = None
-    numberIds: NumberIds | None = None
-    enabled: bool | MISSING = MISSING
-    maxConcurrency: Concurrency | None = None
-    rateLimit: RateLimit | None = None
-    # null is the default, "none", as a null maxConcurrency is the default limit.
-    ordering: Ordering | None = Field(default=None, strict=False)
-    headers: HeaderMap | None = None
-    secretHeaders: HeaderMap | None = None
-    filter: PayloadFilter | None = None
-
-
-class FilterTest(Body):
-    """Try a payload filter: the webhook's saved one, or `filter` when given."""
-
-    data: JsonObject
-    filter: PayloadFilter | None = None
-
-
-class Recover(Body):
-    since: AwareDatetime = Field(strict=False)
-    until: AwareDatetime | None = Field(default=None, strict=False)

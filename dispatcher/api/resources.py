@@ -1,5 +1,6 @@
-"""What the API answers, for the webhook and its deliveries (each other resource's answers live in
-its own module, api/<resource>.py, written the same way): one `TypedDict` per response
+"""What the API answers that more than one resource answers: a webhook's deliveries (the
+webhook's and the event's routes list them); each resource's own answers live in its module,
+api/<resource>.py, written the same way: one `TypedDict` per response
 resource, and the function that builds it from a store row (Svix's `EndpointOut` with its
 `From<Model>`): each builder takes the store's typed row (store/rows.py), reads its attributes,
 and makes the enumerations' members of the columns that hold them.
@@ -13,7 +14,7 @@ TypedDicts and not models.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import orjson
 from pydantic import GetPydanticSchema
@@ -21,8 +22,7 @@ from typing_extensions import TypedDict
 
 from dispatcher.api.framework.shapes import ErrorBody, ErrorDetail, Page
 from dispatcher.domain.clock import isoformat, isoformat_or_none
-from dispatcher.domain.enums import DeliveryStatus, DisabledReason, Ordering
-from dispatcher.domain.headers import names_in_order
+from dispatcher.domain.enums import DeliveryStatus
 from dispatcher.domain.resources import (
     Call,
     EventEnvelope,
@@ -32,7 +32,7 @@ from dispatcher.domain.resources import (
     call,
     message,
 )
-from dispatcher.store.rows import DeliveryRow, WebhookRow
+from dispatcher.store.rows import DeliveryRow
 
 __all__ = [
     "Call",
@@ -40,22 +40,12 @@ __all__ = [
     "ErrorBody",
     "ErrorDetail",
     "EventEnvelope",
-    "FilterMatch",
     "Message",
     "MessageMedia",
     "Page",
-    "Recovered",
-    "Secret",
-    "Webhook",
-    "WebhookWithSecret",
     "call",
     "delivery",
-    "filter_match",
     "message",
-    "recovered",
-    "secret",
-    "webhook",
-    "webhook_with_secret",
 ]
 
 ItemT = TypeVar("ItemT")
@@ -65,44 +55,6 @@ ItemT = TypeVar("ItemT")
 StoredEnvelope = Annotated[
     orjson.Fragment, GetPydanticSchema(lambda _, handler: handler(EventEnvelope))
 ]
-
-
-class Webhook(TypedDict):
-    """A subscription: which events go to which URL (its signing secret is read apart), with
-    the headers sent along (secret ones by name only) and its payload filter."""
-
-    id: str
-    createdAt: Timestamp
-    disabledAt: Timestamp | None
-    disabledReason: DisabledReason | None
-    events: list[str]
-    name: str | None
-    numberIds: list[str] | None
-    url: str
-    maxConcurrency: int
-    headers: dict[str, str]
-    secretHeaderNames: list[str]
-    filter: dict[str, Any] | None
-    rateLimit: int | None
-    ordering: Ordering
-
-
-class WebhookWithSecret(Webhook):
-    """A webhook as created: the only answer that carries its secret besides the secret's own."""
-
-    secret: str
-
-
-class FilterMatch(TypedDict):
-    """Whether the data given contains the filter (`@>`), as fan-out would decide it."""
-
-    matches: bool
-
-
-class Secret(TypedDict):
-    """A webhook's current signing secret (`whsec_…`)."""
-
-    secret: str
 
 
 class Delivery(TypedDict):
@@ -128,44 +80,6 @@ class Recovered(TypedDict):
     """How many deliveries a recover queued."""
 
     queued: int
-
-
-def webhook(row: WebhookRow, default_concurrency: int) -> Webhook:
-    reason, options = row.disabled_reason, row.options
-    return {
-        "id": row.id,
-        "createdAt": isoformat(row.created_at),
-        "disabledAt": isoformat_or_none(row.disabled_at),
-        "disabledReason": None if reason is None else DisabledReason(reason),
-        "events": options.events,
-        "name": options.name,
-        "numberIds": options.number_ids,
-        "url": options.url,
-        "maxConcurrency": options.max_concurrency or default_concurrency,
-        "headers": options.headers,
-        "secretHeaderNames": names_in_order(options.secret_headers),
-        "filter": options.payload_filter,
-        "rateLimit": options.rate_limit,
-        "ordering": Ordering(options.ordering),
-    }
-
-
-def webhook_with_secret(
-    row: WebhookRow, default_concurrency: int, secret: str
-) -> WebhookWithSecret:
-    return {**webhook(row, default_concurrency), "secret": secret}
-
-
-def secret(value: str) -> Secret:
-    return {"secret": value}
-
-
-def filter_match(matches: bool) -> FilterMatch:
-    return {"matches": matches}
-
-
-def recovered(queued: int) -> Recovered:
-    return {"queued": queued}
 
 
 def delivery(row: DeliveryRow) -> Delivery:

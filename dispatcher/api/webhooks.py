@@ -1,51 +1,250 @@
-"""Webhook subscriptions, their secrets and their deliveries."""
+"""Webhook subscriptions, their secrets and their deliveries: the resource's shapes (what a
+client sends, what it is answered) and its routes.
+
+An endpoint's options are the domain's (domain/endpoints.py `EndpointOptions`). Those the API
+passes through as they are (null: the default, a global setting; answered as stored) are
+declared once, in `PassedOptions`: the create and the PATCH take them from there
+(`CreateWebhook` and `UpdateWebhook` inherit it), the answer's type is made of its fields
+(`Webhook`), each field is the domain option of its snake_case name, and `_options` and
+`_changes` carry them to the store without naming them. The others are written out below, each
+with what the API makes of it (a name "" clears it, a `{}` filter is none, the answer's
+`maxConcurrency` is the default's value when unset, ...). Svix's In/Patch/Out."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from datetime import timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, cast, get_type_hints
 
 import structlog
 from aiohttp import web
-from pydantic import MISSING
+from pydantic import MISSING, AwareDatetime, Field
+from typing_extensions import TypedDict
 
 from dispatcher.api.framework.context import Services
 from dispatcher.api.framework.found import found, not_found
-from dispatcher.api.framework.http import json_response
 from dispatcher.api.framework.pagination import Listing, PageQuery
 from dispatcher.api.framework.query import choice, id_of, instant
-from dispatcher.api.framework.routing import Routes
-from dispatcher.api.models import CreateWebhook, FilterTest, Recover, UpdateWebhook
+from dispatcher.api.framework.routing import Rendered, Routes
+from dispatcher.api.models import (
+    Body,
+    Concurrency,
+    EventTypes,
+    HeaderMap,
+    JsonObject,
+    Name,
+    NumberIds,
+    PayloadFilter,
+    RateLimit,
+    WebhookUrl,
+)
 from dispatcher.api.numbers import own_numbers
 from dispatcher.api.parents import InWebhook
-from dispatcher.api.resources import (
-    Delivery,
-    FilterMatch,
-    Recovered,
-    Secret,
-    Webhook,
-    WebhookWithSecret,
-    delivery,
-    filter_match,
-    recovered,
-    secret,
-    webhook,
-    webhook_with_secret,
-)
-from dispatcher.domain import ids
+from dispatcher.api.resources import Delivery, delivery
+from dispatcher.domain import endpoints, ids
+from dispatcher.domain.clock import isoformat, isoformat_or_none
 from dispatcher.domain.endpoints import EndpointOptions
-from dispatcher.domain.enums import DeliveryStatus, Ordering, Scope
+from dispatcher.domain.enums import DeliveryStatus, DisabledReason, Ordering, Scope
 from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
 from dispatcher.domain.headers import FIELDS as HEADER_FIELDS
-from dispatcher.domain.headers import HEADERS, SECRET_HEADERS, header_problems
+from dispatcher.domain.headers import HEADERS, SECRET_HEADERS, header_problems, names_in_order
 from dispatcher.domain.payload_filter import FILTER, stored_filter
+from dispatcher.domain.resources import Timestamp
 from dispatcher.errors import FieldError, ValidationFailed
 from dispatcher.store import deliveries, webhooks
 from dispatcher.store.pages import Page as StorePage
 from dispatcher.store.rows import DeliveryRow, LockedWebhookRow, WebhookRow
 from dispatcher.store.webhooks import WebhookChanges
 from dispatcher.store.workspaces import ApiKey
+
+# -- the options passed through ----------------------------------------------------------------
+
+
+class PassedOptions(Body):
+    """The options the API passes through: created and patched as declared here (absent or
+    null: the default), answered as stored. A new such option is one field here (after its
+    field in domain/endpoints.py and its column): nothing else in the API names it."""
+
+    # Seconds an attempt may take, connecting included; null: DISPATCHER_REQUEST_TIMEOUT.
+    timeoutSeconds: (
+        Annotated[
+            float,
+            Field(ge=endpoints.MIN_TIMEOUT_SECONDS, le=endpoints.MAX_TIMEOUT_SECONDS),
+        ]
+        | None
+    ) = None
+    # Seconds after each failed attempt (attempts: its length + 1, then given up); null:
+    # DISPATCHER_RETRY_SCHEDULE.
+    retrySchedule: (
+        Annotated[
+            list[Annotated[int, Field(ge=endpoints.MIN_RETRY_DELAY, le=endpoints.MAX_RETRY_DELAY)]],
+            Field(min_length=endpoints.MIN_RETRY_DELAYS, max_length=endpoints.MAX_RETRY_DELAYS),
+        ]
+        | None
+    ) = None
+
+
+def _option(field: str) -> str:
+    """The domain option of an API field: `timeoutSeconds` -> `timeout_seconds`."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", field).lower()
+
+
+PASSED: tuple[str, ...] = tuple(PassedOptions.model_fields)
+if not {_option(field) for field in PASSED} <= set(endpoints.OPTIONS):
+    raise TypeError(f"PassedOptions names no option of domain/endpoints.py: {PASSED}")
+
+if TYPE_CHECKING:
+
+    class PassedOptionsOut(TypedDict):
+        """`PassedOptions` as answered (made of its fields at run time)."""
+
+else:
+    _PASSED_TYPES = get_type_hints(PassedOptions, include_extras=True)
+    PassedOptionsOut = TypedDict(
+        "PassedOptionsOut", {field: _PASSED_TYPES[field] for field in PASSED}
+    )
+
+
+def _passed_in(body: PassedOptions, fields: Collection[str] = PASSED) -> dict[str, Any]:
+    """The passed options of a body, by domain option (only `fields` of them)."""
+    return {_option(field): getattr(body, field) for field in PASSED if field in fields}
+
+
+def _passed_out(options: EndpointOptions) -> PassedOptionsOut:
+    return cast(PassedOptionsOut, {field: getattr(options, _option(field)) for field in PASSED})
+
+
+# -- bodies ------------------------------------------------------------------------------------
+
+
+class _CreateFields(Body):
+    url: WebhookUrl
+    events: EventTypes
+    name: Name | None = None
+    numberIds: NumberIds | None = None
+    maxConcurrency: Concurrency | None = None
+    headers: HeaderMap | None = None
+    secretHeaders: HeaderMap | None = None
+    filter: PayloadFilter | None = None
+    rateLimit: RateLimit | None = None
+    ordering: Ordering = Field(default=Ordering.NONE, strict=False)
+
+
+# (PassedOptions first: pydantic orders the fields base by base from the last, so its come last.)
+class CreateWebhook(PassedOptions, _CreateFields):
+    pass
+
+
+class _UpdateFields(Body):
+    url: WebhookUrl | MISSING = MISSING
+    events: EventTypes | MISSING = MISSING
+    name: Name | None = None
+    numberIds: NumberIds | None = None
+    enabled: bool | MISSING = MISSING
+    maxConcurrency: Concurrency | None = None
+    rateLimit: RateLimit | None = None
+    # null is the default, "none", as a null maxConcurrency is the default limit.
+    ordering: Ordering | None = Field(default=None, strict=False)
+    headers: HeaderMap | None = None
+    secretHeaders: HeaderMap | None = None
+    filter: PayloadFilter | None = None
+
+
+class UpdateWebhook(PassedOptions, _UpdateFields):
+    """PATCH: absent keeps; see the interface's table for null and empty values. `url`,
+    `events` and `enabled` may be absent but not null (`MISSING` when absent)."""
+
+
+class FilterTest(Body):
+    """Try a payload filter: the webhook's saved one, or `filter` when given."""
+
+    data: JsonObject
+    filter: PayloadFilter | None = None
+
+
+class Recover(Body):
+    since: AwareDatetime = Field(strict=False)
+    until: AwareDatetime | None = Field(default=None, strict=False)
+
+
+# -- answers -----------------------------------------------------------------------------------
+
+
+class _WebhookFields(TypedDict):
+    id: str
+    createdAt: Timestamp
+    disabledAt: Timestamp | None
+    disabledReason: DisabledReason | None
+    events: list[str]
+    name: str | None
+    numberIds: list[str] | None
+    url: str
+    maxConcurrency: int
+    headers: dict[str, str]
+    secretHeaderNames: list[str]
+    filter: dict[str, Any] | None
+    rateLimit: int | None
+    ordering: Ordering
+
+
+class Webhook(_WebhookFields, PassedOptionsOut):
+    """A subscription: which events go to which URL (its signing secret is read apart), with
+    the headers sent along (secret ones by name only) and its payload filter."""
+
+
+class WebhookWithSecret(Webhook):
+    """A webhook as created: the only answer that carries its secret besides the secret's own."""
+
+    secret: str
+
+
+class FilterMatch(TypedDict):
+    """Whether the data given contains the filter (`@>`), as fan-out would decide it."""
+
+    matches: bool
+
+
+class Secret(TypedDict):
+    """A webhook's current signing secret (`whsec_…`)."""
+
+    secret: str
+
+
+class Recovered(TypedDict):
+    """How many deliveries a recover queued."""
+
+    queued: int
+
+
+def webhook(row: WebhookRow, default_concurrency: int) -> Webhook:
+    reason, options = row.disabled_reason, row.options
+    return {
+        "id": row.id,
+        "createdAt": isoformat(row.created_at),
+        "disabledAt": isoformat_or_none(row.disabled_at),
+        "disabledReason": None if reason is None else DisabledReason(reason),
+        "events": options.events,
+        "name": options.name,
+        "numberIds": options.number_ids,
+        "url": options.url,
+        "maxConcurrency": options.max_concurrency or default_concurrency,
+        "headers": options.headers,
+        "secretHeaderNames": names_in_order(options.secret_headers),
+        "filter": options.payload_filter,
+        "rateLimit": options.rate_limit,
+        "ordering": Ordering(options.ordering),
+        **_passed_out(options),
+    }
+
+
+def webhook_with_secret(
+    row: WebhookRow, default_concurrency: int, secret: str
+) -> WebhookWithSecret:
+    return {**webhook(row, default_concurrency), "secret": secret}
+
+
+# -- routes ------------------------------------------------------------------------------------
 
 routes = Routes()
 log = structlog.get_logger("dispatcher.api")
@@ -84,17 +283,17 @@ def _check_headers(
 )
 async def create_webhook(
     request: web.Request, svc: Services, key: ApiKey, body: CreateWebhook
-) -> web.Response:
+) -> Rendered[WebhookWithSecret]:
     headers, secret_headers = body.headers or {}, body.secretHeaders or {}
     _check_headers(headers, secret_headers, body.model_fields_set)
     await _check_numbers(svc, key.workspace_id, body.numberIds)
-    answers: list[web.Response] = []
+    answers: list[Rendered[WebhookWithSecret]] = []
 
     def answer(row: WebhookRow, signing_secret: str) -> None:
         """Rendered before the insert commits: an answer that cannot be written stores
         nothing (never a live webhook whose id and secret the client did not see)."""
         limit = svc.settings.max_concurrency_per_webhook
-        answers.append(json_response(webhook_with_secret(row, limit, signing_secret), status=201))
+        answers.append(Rendered.of(webhook_with_secret(row, limit, signing_secret)))
 
     options = EndpointOptions(
         url=body.url,
@@ -107,6 +306,7 @@ async def create_webhook(
         payload_filter=stored_filter(body.filter),
         rate_limit=body.rateLimit,
         ordering=body.ordering,
+        **_passed_in(body),
     )
     await webhooks.create(
         svc.db, workspace_id=key.workspace_id, options=options, now=svc.clock.now(), answer=answer
@@ -120,9 +320,9 @@ async def list_webhooks(at: Listing, query: PageQuery) -> StorePage[WebhookRow]:
 
 
 @routes.get("/v1/webhooks/{webhook_id}", Scope.WEBHOOKS_READ, Webhook)
-async def get_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def get_webhook(request: web.Request, svc: Services, key: ApiKey) -> Webhook:
     row = await webhooks.find(svc.db, key.workspace_id, request.match_info["webhook_id"])
-    return json_response(_webhook(svc, found(row, "webhook")))
+    return _webhook(svc, found(row, "webhook"))
 
 
 def _changes(body: UpdateWebhook) -> WebhookChanges:
@@ -153,13 +353,14 @@ def _changes(body: UpdateWebhook) -> WebhookChanges:
         changes["ordering"] = body.ordering or Ordering.NONE  # null returns to the default
     if body.enabled is not MISSING:
         changes["enabled"] = body.enabled
+    changes.update(cast(WebhookChanges, _passed_in(body, present)))
     return changes
 
 
 @routes.patch("/v1/webhooks/{webhook_id}", Scope.WEBHOOKS_WRITE, Webhook, body=UpdateWebhook)
 async def update_webhook(
     request: web.Request, svc: Services, key: ApiKey, body: UpdateWebhook
-) -> web.Response:
+) -> Rendered[Webhook]:
     present = body.model_fields_set
     changes = _changes(body)
     header_changes = present & set(HEADER_FIELDS)
@@ -175,11 +376,11 @@ async def update_webhook(
             )
 
     await _check_numbers(svc, key.workspace_id, changes.get("number_ids"))
-    answers: list[web.Response] = []
+    answers: list[Rendered[Webhook]] = []
 
     def answer(row: WebhookRow) -> None:
         """Rendered before the change commits: an answer that cannot be written undoes it."""
-        answers.append(json_response(_webhook(svc, row)))
+        answers.append(Rendered.of(_webhook(svc, row)))
 
     updated = await webhooks.update(
         svc.db,
@@ -197,26 +398,25 @@ async def update_webhook(
 
 
 @routes.delete("/v1/webhooks/{webhook_id}", Scope.WEBHOOKS_WRITE, status=204)
-async def delete_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def delete_webhook(request: web.Request, svc: Services, key: ApiKey) -> None:
     webhook_id = request.match_info["webhook_id"]
     if not await webhooks.delete(svc.db, key.workspace_id, webhook_id, svc.clock.now()):
         raise not_found("webhook")
-    return web.Response(status=204)
 
 
 @routes.get("/v1/webhooks/{webhook_id}/secret", Scope.WEBHOOKS_READ, Secret)
-async def get_webhook_secret(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def get_webhook_secret(request: web.Request, svc: Services, key: ApiKey) -> Secret:
     current = await webhooks.secret(svc.db, key.workspace_id, request.match_info["webhook_id"])
-    return json_response(secret(found(current, "webhook")))
+    return {"secret": found(current, "webhook")}
 
 
 @routes.post("/v1/webhooks/{webhook_id}/secret/rotate", Scope.WEBHOOKS_WRITE, Secret)
-async def rotate_webhook_secret(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def rotate_webhook_secret(request: web.Request, svc: Services, key: ApiKey) -> Secret:
     grace = timedelta(seconds=svc.settings.secret_rotation_grace)
     current = await webhooks.rotate_secret(
         svc.db, key.workspace_id, request.match_info["webhook_id"], grace, svc.clock.now()
     )
-    return json_response(secret(found(current, "webhook")))
+    return {"secret": found(current, "webhook")}
 
 
 @routes.post(
@@ -224,7 +424,7 @@ async def rotate_webhook_secret(request: web.Request, svc: Services, key: ApiKey
 )
 async def test_webhook_filter(
     request: web.Request, svc: Services, key: ApiKey, body: FilterTest
-) -> web.Response:
+) -> FilterMatch:
     """Whether `data` would pass the webhook's saved filter, or the `filter` given instead
     (null or `{}`: no filter): answered by the database's `@>`, as fan-out decides."""
     given = FILTER in body.model_fields_set
@@ -236,7 +436,7 @@ async def test_webhook_filter(
         given=given,
         payload_filter=stored_filter(body.filter),
     )
-    return json_response(filter_match(found(matches, "webhook")))
+    return {"matches": found(matches, "webhook")}
 
 
 @routes.list(
@@ -256,22 +456,22 @@ async def list_deliveries(at: InWebhook, query: DeliveryQuery) -> StorePage[Deli
 
 
 @routes.get("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}", Scope.WEBHOOKS_READ, Delivery)
-async def get_delivery(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def get_delivery(request: web.Request, svc: Services, key: ApiKey) -> Delivery:
     row = await deliveries.get(
         svc.db,
         key.workspace_id,
         request.match_info["webhook_id"],
         request.match_info["delivery_id"],
     )
-    return json_response(delivery(found(row, "delivery")))
+    return delivery(found(row, "delivery"))
 
 
 @routes.post("/v1/webhooks/{webhook_id}/test", Scope.WEBHOOKS_WRITE, Delivery, status=202)
-async def test_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def test_webhook(request: web.Request, svc: Services, key: ApiKey) -> Delivery:
     row = await deliveries.create_test(
         svc.db, key.workspace_id, request.match_info["webhook_id"], svc.clock.now()
     )
-    return json_response(delivery(row), status=202)
+    return delivery(row)
 
 
 @routes.post(
@@ -281,7 +481,7 @@ async def test_webhook(request: web.Request, svc: Services, key: ApiKey) -> web.
     status=202,
     errors=(409,),
 )
-async def retry_delivery(request: web.Request, svc: Services, key: ApiKey) -> web.Response:
+async def retry_delivery(request: web.Request, svc: Services, key: ApiKey) -> Delivery:
     row = await deliveries.retry(
         svc.db,
         key.workspace_id,
@@ -289,7 +489,7 @@ async def retry_delivery(request: web.Request, svc: Services, key: ApiKey) -> we
         request.match_info["delivery_id"],
         svc.clock.now(),
     )
-    return json_response(delivery(row), status=202)
+    return delivery(row)
 
 
 @routes.post(
@@ -302,7 +502,7 @@ async def retry_delivery(request: web.Request, svc: Services, key: ApiKey) -> we
 )
 async def recover_webhook(
     request: web.Request, svc: Services, key: ApiKey, body: Recover
-) -> web.Response:
+) -> Recovered:
     now = svc.clock.now()
     until = body.until or now
     if body.since < now - RECOVER_WINDOW:
@@ -312,4 +512,4 @@ async def recover_webhook(
     queued = await deliveries.recover(
         svc.db, key.workspace_id, request.match_info["webhook_id"], body.since, until, now
     )
-    return json_response(recovered(queued), status=202)
+    return {"queued": queued}

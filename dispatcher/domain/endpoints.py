@@ -1,16 +1,17 @@
 """An endpoint's options: the one description of what a webhook subscription may set.
 
 Each option is one field of `EndpointOptions`, named as its column in `webhooks` (schema.sql);
-its bounds are the constants below, which the API's models state (api/models.py, and through
-them the OpenAPI document the console reads its form's bounds from) and the CHECK constraints
-repeat (tests/store/test_facts_agree.py keeps the two equal). The store reads and writes an
-endpoint with the column list these fields make (store/webhooks.py `option_columns`), builds
-a PATCH from the fields a change names (`EndpointChanges`), and the claim hands the engine the
-same type (store/queue.py `Claimed.endpoint`).
+its bounds are the constants below, which the API's models state (api/models.py, and
+api/webhooks.py `PassedOptions`; through them the OpenAPI document the console reads its
+form's bounds from) and the CHECK constraints repeat (tests/store/test_facts_agree.py keeps
+the two equal). The store reads and writes an endpoint with the column list these fields
+make (store/webhooks.py `option_columns`), builds a PATCH from the fields a change names
+(`EndpointChanges`), and the claim hands the engine the same type (store/queue.py
+`Claimed.endpoint`).
 
 So adding a per-endpoint option is: a field here (and its bound), its column (a migration and
-schema.sql), the API's create/patch/answer shapes, and whatever uses it (README.md, "Adding an
-endpoint option").
+schema.sql), the API's shapes (one field of api/webhooks.py `PassedOptions`), and whatever
+uses it (README.md, "Adding an endpoint option").
 
 Which secrets sign an endpoint's requests now is `signing.signing_secrets` (a rotation's
 previous secret during its grace); the secrets themselves are no option (never set by a
@@ -32,6 +33,9 @@ MAX_NUMBER_IDS = 1000  # entries of `numberIds`
 MAX_NAME_LENGTH = 255  # characters of `name`
 MIN_CONCURRENCY, MAX_CONCURRENCY = 1, 1000  # `maxConcurrency`: requests in flight at once
 MIN_RATE_LIMIT, MAX_RATE_LIMIT = 1, 10000  # `rateLimit`: requests a second
+MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 0.1, 30.0  # `timeoutSeconds`: an attempt's time
+MIN_RETRY_DELAYS, MAX_RETRY_DELAYS = 1, 20  # entries of `retrySchedule`
+MIN_RETRY_DELAY, MAX_RETRY_DELAY = 1, 86400  # each delay of `retrySchedule`, in seconds
 
 # Options whose values never leave the store for an answer: a read for the API gets their
 # names with this in place of each value (`secretHeaders` -> `secretHeaderNames`).
@@ -58,6 +62,9 @@ class EndpointOptions(NamedTuple):
     payload_filter: dict[str, Any] | None = None  # None: no filter (`{}` is stored as None)
     rate_limit: int | None = None  # None: no limit
     ordering: str = Ordering.NONE  # an Ordering (text as the driver reads it)
+    timeout_seconds: float | None = None  # None: DISPATCHER_REQUEST_TIMEOUT
+    # Seconds after attempt i+1 (domain/retry.py); None: DISPATCHER_RETRY_SCHEDULE.
+    retry_schedule: list[int] | None = None
 
 
 # The options, in column order: the store's one column list.
@@ -81,6 +88,8 @@ class EndpointChanges(TypedDict, total=False):
     payload_filter: dict[str, Any] | None
     rate_limit: int | None
     ordering: Ordering
+    timeout_seconds: float | None
+    retry_schedule: list[int] | None
     enabled: bool
 
 

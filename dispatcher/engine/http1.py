@@ -182,14 +182,20 @@ class Http1Client:
         return len(self._live) + self._opening
 
     async def post(
-        self, url: str, headers: bytes, body: bytes, send_by: float | None = None
+        self,
+        url: str,
+        headers: bytes,
+        body: bytes,
+        send_by: float | None = None,
+        time_limit: float | None = None,
     ) -> Response:
         """POST `body` to `url` with `headers` (complete `Name: value\\r\\n` lines). With
         `send_by` (loop time), raise TooLate instead of writing the request after it: the
-        last moment is once a connection is ready, so that connecting counts too."""
+        last moment is once a connection is ready, so that connecting counts too. `time_limit`:
+        this request's total timeout instead of the client's (an endpoint's own)."""
         route = self._routes.get(url) or self._route(url)
         request = b"%bContent-Length: %d\r\n%b\r\n%b" % (route.head, len(body), headers, body)
-        deadline = asyncio.get_running_loop().time() + self.timeout
+        deadline = asyncio.get_running_loop().time() + (time_limit or self.timeout)
         conn = self._take_idle(route.key)
         if conn is not None:
             self._in_time(conn, send_by)

@@ -238,12 +238,14 @@ class Sender:
         custom_headers: CustomHeaders = (),
         secret_values: Sequence[str] = (),
         send_by: float | None = None,
+        time_limit: float | None = None,
     ) -> Outcome:
         """One attempt: `body` POSTed to `url`, signed with `secrets`, with the webhook's
         `custom_headers` (name, value) after ours; `secret_values` (its secret headers'
         values) are kept out of the excerpt, with the signature and `secrets`. With `send_by`
         (loop time), raises TooLate instead when the request could not be written by then
-        (it was not sent: no attempt)."""
+        (it was not sent: no attempt). `time_limit`: the endpoint's own, instead of the
+        sender's (DISPATCHER_REQUEST_TIMEOUT)."""
         assert self._client is not None, "Sender.start() first"
         started = time.perf_counter()
 
@@ -284,11 +286,13 @@ class Sender:
                 signature.encode(),
                 extra,
             )
-            status, retry_after, excerpt = await self._client.post(url, headers, body, send_by)
+            status, retry_after, excerpt = await self._client.post(
+                url, headers, body, send_by, time_limit
+            )
         except TooLate:
             raise
         except TimeoutError:
-            return done(TIMEOUT, None, f"timeout after {self.timeout:g}s")
+            return done(TIMEOUT, None, f"timeout after {time_limit or self.timeout:g}s")
         except BlockedAddress as exc:
             return done(BLOCKED, None, blocked_error(str(exc)))
         except RequestFailed as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import time
 import uuid
@@ -498,6 +499,7 @@ class Engine:
                     claimed.custom_headers,
                     claimed.secret_values,
                     send_by,
+                    claimed.endpoint.timeout_seconds,
                 )
             except TooLate:
                 assert send_by is not None
@@ -558,6 +560,12 @@ class Engine:
             claimed.webhook_id,
         )
 
+    def _policy(self, schedule: list[int] | None) -> RetryPolicy:
+        """The endpoint's retry schedule as read at the claim, or DISPATCHER_RETRY_SCHEDULE."""
+        if schedule is None:
+            return self.policy
+        return dataclasses.replace(self.policy, schedule=tuple(map(float, schedule)))
+
     def _result(
         self, claimed: queue.Claimed, outcome: Outcome, started_at: datetime
     ) -> outcomes.AttemptResult:
@@ -567,7 +575,7 @@ class Engine:
             outcome.kind,
             outcome.status,
             attempts_made=claimed.attempts + 1,
-            policy=self.policy,
+            policy=self._policy(claimed.endpoint.retry_schedule),
             now=now,
             retry_after=outcome.retry_after,
             rand=self.rand,

@@ -89,6 +89,8 @@ DRIVER_TYPES: dict[str, set[str]] = {
     "bool": {"bool"},
     "timestamptz": {"datetime"},
     "text[]": {"list[str]"},
+    "float8": {"float"},
+    "int4[]": {"list[int]"},
     # The codec (store/database.py) decodes any JSON value: the field names the shape.
     "jsonb": {"dict[str, str]", "dict[str, Any]", "list[MessageMedia]"},
 }

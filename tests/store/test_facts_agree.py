@@ -39,6 +39,7 @@ import pytest
 
 from dispatcher.api import models
 from dispatcher.api.events import OrderingKey
+from dispatcher.api.registry import document
 from dispatcher.domain import endpoints, json_values, payload_filter, rate_limits
 from dispatcher.domain.enums import (
     AttemptTrigger,
@@ -473,3 +474,54 @@ async def test_a_new_deliverys_trigger_and_lane(conn: asyncpg.Connection) -> Non
     ]
     assert len(event_types) >= 3  # the is-test flag, the trigger, the lane
     assert set(event_types) == {TEST_EVENT}
+
+
+async def test_endpoint_policy_bounds(conn: asyncpg.Connection, ws: Workspace) -> None:
+    """The CHECK constraints on `timeout_seconds` and `retry_schedule` take exactly what the
+    domain's bounds take (domain/endpoints.py), and the API's document states those bounds."""
+    webhook_id = "WHpolicy"
+    await conn.execute(
+        "INSERT INTO webhooks (id, workspace_id, url, events, secret) "
+        "VALUES ($1, $2, 'https://example.com/h', '{contact.updated}', 'whsec_x')",
+        webhook_id,
+        ws.id,
+    )
+
+    async def stored(column: str, value: Any) -> bool:
+        """Whether the column takes `value`; nothing is kept either way."""
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await conn.execute(
+                f"UPDATE webhooks SET {column} = $2 WHERE id = $1", webhook_id, value
+            )
+        except asyncpg.CheckViolationError:
+            return False
+        finally:
+            await transaction.rollback()
+        return True
+
+    low, high = endpoints.MIN_TIMEOUT_SECONDS, endpoints.MAX_TIMEOUT_SECONDS
+    assert await stored("timeout_seconds", low) and await stored("timeout_seconds", high)
+    assert not await stored("timeout_seconds", low - 0.001)
+    assert not await stored("timeout_seconds", high + 0.001)
+    fewest, most = endpoints.MIN_RETRY_DELAYS, endpoints.MAX_RETRY_DELAYS
+    shortest, longest = endpoints.MIN_RETRY_DELAY, endpoints.MAX_RETRY_DELAY
+    assert await stored("retry_schedule", [shortest] * fewest)
+    assert await stored("retry_schedule", [longest] * most)
+    assert await stored("retry_schedule", None)
+    for refused in (
+        [shortest] * (fewest - 1),
+        [shortest] * (most + 1),
+        [shortest - 1],
+        [longest + 1],
+        [shortest, None],
+    ):
+        assert not await stored("retry_schedule", refused), refused
+
+    body = document()["components"]["schemas"]["CreateWebhook"]["properties"]
+    (timeout, _null) = body["timeoutSeconds"]["anyOf"]
+    assert (timeout["minimum"], timeout["maximum"]) == (low, high)
+    (schedule, _null) = body["retrySchedule"]["anyOf"]
+    assert (schedule["minItems"], schedule["maxItems"]) == (fewest, most)
+    assert (schedule["items"]["minimum"], schedule["items"]["maximum"]) == (shortest, longest)

@@ -208,7 +208,7 @@ export function recoverForm(ctx, hook) {
 // -- create and edit --------------------------------------------------------------------------
 
 // Fields the subscription may carry beyond the first ones (custom headers, payload filter,
-// ordering, rate limit): shown whatever the server answers, sent only when changed, so that a
+// ordering, rate limit, timeout, retry schedule): shown whatever the server answers, sent only when changed, so that a
 // server that does not know them yet refuses them with its own 400 message.
 const EXTRA_FIELDS = [
   { name: "headers", caption: "headers", kind: "json", hint: 'JSON object, e.g. {"X-Team": "payments"}; sent with every attempt' },
@@ -216,6 +216,8 @@ const EXTRA_FIELDS = [
   { name: "filter", caption: "payload filter", kind: "json", hint: 'JSON object the event data must contain, e.g. {"direction": "incoming"}; empty: every event' },
   { name: "ordering", caption: "ordering", kind: "choice", choices: [["", "(server default)"], ["none", "none"], ["fifo", "fifo"]] },
   { name: "rateLimit", caption: "rate limit (requests/s)", kind: "integer", hint: () => [rangeHint("rateLimit"), "empty: no limit"].filter(Boolean).join("; ") },
+  { name: "timeoutSeconds", caption: "timeout (seconds)", kind: "number", hint: () => [rangeHint("timeoutSeconds"), "empty: the service default"].filter(Boolean).join("; ") },
+  { name: "retrySchedule", caption: "retry schedule (seconds)", kind: "json", hint: "JSON array of the delays after each failed attempt, e.g. [10, 60, 600]; empty: the service default" },
 ];
 
 function extraControl(extra, hook) {
@@ -225,9 +227,10 @@ function extraControl(extra, hook) {
   if (extra.kind === "choice") {
     return select(extra.name, extra.choices, value === null ? "" : value, { id });
   }
-  if (extra.kind === "integer") {
+  if (extra.kind === "integer" || extra.kind === "number") {
     const { minimum, maximum } = webhookFieldBounds(extra.name);
-    return h("input", { id, name: extra.name, type: "number", min: minimum, max: maximum, step: 1, value: value === null ? "" : value });
+    const step = extra.kind === "integer" ? 1 : "any";
+    return h("input", { id, name: extra.name, type: "number", min: minimum, max: maximum, step, value: value === null ? "" : value });
   }
   const empty = value === null || (typeof value === "object" && Object.keys(value).length === 0);
   return h("textarea", { id, name: extra.name, rows: 2, spellcheck: "false", value: empty ? "" : JSON.stringify(value, null, 2) });
@@ -236,7 +239,7 @@ function extraControl(extra, hook) {
 function readExtra(extra, control) {
   const text = control.value.trim();
   if (extra.kind === "choice") return text || null;
-  if (extra.kind === "integer") return text === "" ? null : Number(text);
+  if (extra.kind === "integer" || extra.kind === "number") return text === "" ? null : Number(text);
   if (text === "") return null;
   try {
     return JSON.parse(text);
@@ -295,7 +298,7 @@ function webhookForm(ctx, hook, done) {
     events,
     field("Numbers (optional)", numbers, "PN… ids separated by commas; empty: every number"),
     field("Max concurrency", concurrency, "requests in flight at once; empty: the service default"),
-    h("fieldset", { class: "extras" }, h("legend", {}, "Headers, filter, ordering, rate limit"),
+    h("fieldset", { class: "extras" }, h("legend", {}, "Headers, filter, ordering, rate limit, timeout, retries"),
       extras.map(([extra, control]) => field(extra.caption, control, typeof extra.hint === "function" ? extra.hint() : extra.hint))),
     problem,
     h("button", { type: "submit", class: "primary" }, hook ? "Save changes" : "Create the webhook"));

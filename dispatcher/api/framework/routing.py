@@ -35,8 +35,9 @@ The handler returns the answer and the route writes it (JSON, with the declared 
 content for None; `WithHeaders` adds headers). The handler's parameters and its answer are
 checked by mypy against the declaration (the overloads of `Method`): a handler of a route with
 a `body` takes that model, the admin token's takes no key, and a route declared with `Message`
-returns a Message. A handler may write the response itself (an undocumented answer: the
-probes, /metrics, the document).
+returns a Message. A handler whose answer must be known to be writable before its change
+commits returns it `Rendered` (the route still writes it, with the declared status). A handler
+may write the response itself (an undocumented answer: the probes, /metrics, the document).
 
 A list (`routes.list`) is declared on its store read instead: its filters, its cursor and its
 answer are the declaration's; the read only reads (`Routes.list`).
@@ -63,6 +64,7 @@ from typing import (
     overload,
 )
 
+import orjson
 from aiohttp import web
 from pydantic import BaseModel
 
@@ -91,10 +93,25 @@ class WithHeaders(Generic[AnswerT]):
     headers: Mapping[str, str]
 
 
+@dataclass(frozen=True)
+class Rendered(Generic[AnswerT]):
+    """An answer rendered already (its JSON), for a handler that must know it can be written
+    before its change commits (no 500 after a commit: the webhook's create and update). The
+    route writes it with the declared status, as it would have written the answer itself."""
+
+    body: bytes
+
+    @classmethod
+    def of(cls, answer: AnswerT) -> Rendered[AnswerT]:
+        return cls(orjson.dumps(answer))
+
+
 # What a handler returns: the answer the route declares (the route writes it, with the
-# declared status; None for a route without content), that answer with headers, or a response
-# it wrote itself (a probe's, /metrics', or an answer rendered before its change commits).
-Answered: TypeAlias = Union[AnswerT, WithHeaders[AnswerT], web.StreamResponse]  # noqa: UP007
+# declared status; None for a route without content), that answer with headers or rendered
+# already, or a response it wrote itself (a probe's, /metrics').
+Answered: TypeAlias = Union[  # noqa: UP007
+    AnswerT, WithHeaders[AnswerT], Rendered[AnswerT], web.StreamResponse
+]
 Answer: TypeAlias = Awaitable[Answered[AnswerT]]
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Awaitable[Any]])
 # A handler by the route's credential, and with the body the route parses for it.
@@ -295,6 +312,8 @@ def _written(answer: Answered[Any], status: int) -> web.StreamResponse:
         return answer
     if isinstance(answer, WithHeaders):
         return json_response(answer.body, status=status, headers=dict(answer.headers))
+    if isinstance(answer, Rendered):
+        return json_response(orjson.Fragment(answer.body), status=status)
     if answer is None:
         return web.Response(status=status)
     return json_response(answer, status=status)
