@@ -503,10 +503,10 @@ class Database:
         return 0 if self._pool is None else self._pool.get_size()
 
 
-async def fetch_one(conn: Connection, sql: Bound | str, *args: Any) -> Record:
+async def fetch_one(conn: Connection, sql: Bound) -> Record:
     """One row that must exist (INSERT/UPDATE ... RETURNING of a row we hold); `sql` as in
     `rows.fetch_row`."""
-    row = await conn.fetchrow(*sql) if isinstance(sql, Bound) else await conn.fetchrow(sql, *args)
+    row = await conn.fetchrow(*sql)
     if row is None:
         raise StoreError("statement returned no row")
     return row

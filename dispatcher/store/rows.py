@@ -197,15 +197,12 @@ def as_rows(row_type: type[RowT], records: Sequence[Record]) -> list[RowT]:
     return [make(record) for record in records]
 
 
-async def fetch_row(
-    db: Database | Connection, sql: Bound | str, row_type: type[RowT], *args: Any
-) -> RowT | None:
+async def fetch_row(db: Database | Connection, sql: Bound, row_type: type[RowT]) -> RowT | None:
     """The row `sql` finds (or returns), as a `row_type`; None when there is none. Read on a
     connection of its own or, given one, on the caller's (inside its transaction). `sql` is a
-    statement with its values (`SQL.name(...)`), or, for a file still numbering its
-    parameters, the text and `args`."""
+    statement with its values (`SQL.name(...)`)."""
     if isinstance(db, Database):
         async with db.acquire() as conn:
-            return await fetch_row(conn, sql, row_type, *args)
-    record = await db.fetchrow(*sql) if isinstance(sql, Bound) else await db.fetchrow(sql, *args)
+            return await fetch_row(conn, sql, row_type)
+    record = await db.fetchrow(*sql)
     return None if record is None else as_row(row_type, record)

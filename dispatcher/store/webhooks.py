@@ -24,29 +24,29 @@ from dispatcher.store.database import Connection, Database
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.operational import publish as publish_operational
 from dispatcher.store.pages import Filters, Page, Position, fetch_page
-from dispatcher.store.queries import Queries
+from dispatcher.store.queries import Queries, Statement, load, translate
 from dispatcher.store.rows import LockedWebhookRow, WebhookRow, as_row, fetch_row
 
 
 class SQL(Queries, file="webhooks.sql"):
-    gone: str
-    create: str
-    webhook: str
-    exists: str
-    webhooks_page: str
-    give_up_pending: str
-    disable: str
-    lock_webhook: str
-    enable: str
-    delete: str
-    secret: str
-    rotate_secret: str
-    demo_secrets: str
-    filter_matches: str
-    add_bucket: str
-    drop_bucket: str
-    join_lanes: str
-    leave_lanes: str
+    gone: Statement
+    create: Statement
+    webhook: Statement
+    exists: Statement
+    webhooks_page: Statement
+    give_up_pending: Statement
+    disable: Statement
+    lock_webhook: Statement
+    enable: Statement
+    delete: Statement
+    secret: Statement
+    rotate_secret: Statement
+    demo_secrets: Statement
+    filter_matches: Statement
+    add_bucket: Statement
+    drop_bucket: Statement
+    join_lanes: Statement
+    leave_lanes: Statement
 
 
 # A change as the API hands it over: by option (domain/endpoints.py).
@@ -79,33 +79,44 @@ def option_columns(table: str = "", *, answered: bool = False) -> str:
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
-def with_options(sql: str, first_parameter: int = 1, table: str = "") -> str:
+def with_options(sql: str, table: str = "") -> str:
     """`sql` with the endpoint's column list written in where it says `{options}` (the columns),
-    `{answered_options}` (as the API may see them) or `{option_parameters}` (one parameter per
-    option, `$first_parameter` on). Done once, at import: every name comes from
-    domain/endpoints.py, none from a request."""
+    `{answered_options}` (as the API may see them) or `{option_parameters}` (one named
+    parameter per option, named after it: `@url, @events, ...`). Done once, at import: every
+    name comes from domain/endpoints.py, none from a request."""
     lists = {
         "options": option_columns(table),
         "answered_options": option_columns(table, answered=True),
-        "option_parameters": ", ".join(f"${first_parameter + i}" for i in range(len(OPTIONS))),
+        "option_parameters": ", ".join(f"@{option}" for option in OPTIONS),
     }
     return _PLACEHOLDER.sub(lambda match: lists[match[1]], sql)
 
 
-CREATE = with_options(SQL.create, first_parameter=5)
-WEBHOOK = with_options(SQL.webhook)
-WEBHOOKS_PAGE = with_options(SQL.webhooks_page)
+def _with_options(statement: Statement) -> Statement:
+    """`statement` with the endpoint's column list written in (`with_options`), its text as
+    the file writes it, translated by the loader as the file's statements are."""
+    text = with_options(load(SQL.file)[statement.name].text)
+    sql, params = translate(text, f"{SQL.file}: {statement.name}")
+    return Statement(statement.name, sql, params)
 
 
-def update_statement(options: Sequence[str]) -> str:
-    """Set `options` of webhook $1 to $2, $3, ... in that order. The column names are those of
-    domain/endpoints.py (anything else is refused), never a client's: only values are
-    parameters. One statement per set of options changed (asyncpg prepares each once)."""
+CREATE = _with_options(SQL.create)
+WEBHOOK = _with_options(SQL.webhook)
+WEBHOOKS_PAGE = _with_options(SQL.webhooks_page)
+
+
+def update_statement(options: Sequence[str]) -> Statement:
+    """Set `options` of webhook `@webhook_id`, each to the parameter named after it. The column
+    names are those of domain/endpoints.py (anything else is refused), never a client's: only
+    values are parameters. One statement per set of options changed (asyncpg prepares each
+    once)."""
     unknown = set(options) - set(OPTIONS)
     if unknown or not options:
         raise ValueError(f"not endpoint options: {sorted(unknown)}")
-    assignments = ", ".join(f"{option} = ${i}" for i, option in enumerate(options, start=2))
-    return f"UPDATE webhooks SET {assignments} WHERE id = $1"
+    assignments = ", ".join(f"{option} = @{option}" for option in options)
+    text = f"UPDATE webhooks SET {assignments} WHERE id = @webhook_id"
+    sql, params = translate(text, "webhooks.update_statement")
+    return Statement("update", sql, params)
 
 
 def _stored(value: Any) -> Any:
@@ -140,16 +151,11 @@ async def create(
     secret = new_secret()
     if not options.payload_filter:
         options = options._replace(payload_filter=None)
-    row = await fetch_row(
-        db,
-        CREATE,
-        WebhookRow,
-        ids.new_id(ids.WEBHOOK),
-        workspace_id,
-        secret,
-        now,
-        *map(_stored, options),
+    stored = {option: _stored(value) for option, value in zip(OPTIONS, options, strict=True)}
+    made = CREATE(
+        id=ids.new_id(ids.WEBHOOK), workspace_id=workspace_id, secret=secret, now=now, **stored
     )
+    row = await fetch_row(db, made, WebhookRow)
     assert row is not None  # the insert returns the row it made
     if answer is not None:
         answer(row, secret)
@@ -157,13 +163,19 @@ async def create(
 
 
 async def get(conn: Connection, workspace_id: str, webhook_id: str) -> WebhookRow | None:
-    return await fetch_row(conn, WEBHOOK, WebhookRow, workspace_id, webhook_id)
+    return await fetch_row(
+        conn, WEBHOOK(workspace_id=workspace_id, webhook_id=webhook_id), WebhookRow
+    )
 
 
 async def exists(
     conn: Connection, workspace_id: str, webhook_id: str, *, include_deleted: bool = False
 ) -> bool:
-    found = await conn.fetchval(SQL.exists, workspace_id, webhook_id, include_deleted)
+    found = await conn.fetchval(
+        *SQL.exists(
+            workspace_id=workspace_id, webhook_id=webhook_id, include_deleted=include_deleted
+        )
+    )
     return bool(found)
 
 
@@ -197,7 +209,9 @@ async def give_up_pending(conn: Connection, webhook_ids: Sequence[str], reason: 
     up the retry it would have scheduled; a lease handed back unrecorded (its engine died) is
     given up by the next claim that comes across it.
     """
-    result: str = await conn.execute(SQL.give_up_pending, list(webhook_ids), reason)
+    result: str = await conn.execute(
+        *SQL.give_up_pending(webhook_ids=list(webhook_ids), error=reason)
+    )
     return int(result.split()[-1])
 
 
@@ -207,7 +221,7 @@ async def disable(
     """Disable live webhooks, give up their pending deliveries and tell their workspaces
     (`webhook.disabled`); returns those disabled (the others were disabled or deleted
     already)."""
-    rows = await conn.fetch(SQL.disable, list(webhook_ids), now, reason)
+    rows = await conn.fetch(*SQL.disable(webhook_ids=list(webhook_ids), now=now, reason=reason))
     disabled = [r["id"] for r in rows]
     if disabled:
         await give_up_pending(conn, disabled, DISABLED_ERROR)
@@ -238,7 +252,9 @@ async def update(
     given, sees the webhook as changed before the change commits (the API renders its
     answer there), and may raise to undo it: a change is never kept unanswered."""
     async with db.transaction() as conn:
-        locked = await conn.fetchrow(SQL.lock_webhook, workspace_id, webhook_id)
+        locked = await conn.fetchrow(
+            *SQL.lock_webhook(workspace_id=workspace_id, webhook_id=webhook_id)
+        )
         if locked is None:
             return None
         current = as_row(LockedWebhookRow, locked)
@@ -247,22 +263,22 @@ async def update(
         options = changed_options(changes)
         if options:
             given: Mapping[str, object] = changes
-            values = [_stored(given[option]) for option in options]
-            await conn.execute(update_statement(options), webhook_id, *values)
+            values = {option: _stored(given[option]) for option in options}
+            await conn.execute(*update_statement(options)(webhook_id=webhook_id, **values))
         if "rate_limit" in changes:
             bucket = SQL.drop_bucket if changes["rate_limit"] is None else SQL.add_bucket
-            await conn.execute(bucket, webhook_id)
+            await conn.execute(*bucket(webhook_id=webhook_id))
         ordering = changes.get("ordering", current.ordering)
         if ordering != current.ordering:
             if ordering == Ordering.FIFO:
-                await conn.execute(SQL.join_lanes, webhook_id)
+                await conn.execute(*SQL.join_lanes(webhook_id=webhook_id))
             else:
-                await conn.execute(SQL.leave_lanes, webhook_id, now)
+                await conn.execute(*SQL.leave_lanes(webhook_id=webhook_id, now=now))
         enabled = changes.get("enabled")
         if enabled is False and current.disabled_at is None:
             await disable(conn, [webhook_id], DisabledReason.MANUAL, now)
         elif enabled is True and current.disabled_at is not None:
-            await conn.execute(SQL.enable, webhook_id)
+            await conn.execute(*SQL.enable(webhook_id=webhook_id))
             told = [operational.webhook_enabled(workspace_id, webhook_id)]
             await publish_operational(conn, told, now)
         updated = await get(conn, workspace_id, webhook_id)
@@ -276,7 +292,9 @@ async def update(
 
 async def delete(db: Database, workspace_id: str, webhook_id: str, now: datetime) -> bool:
     async with db.transaction() as conn:
-        deleted = await conn.fetchval(SQL.delete, workspace_id, webhook_id, now)
+        deleted = await conn.fetchval(
+            *SQL.delete(workspace_id=workspace_id, webhook_id=webhook_id, now=now)
+        )
         if deleted is None:
             return False
         await give_up_pending(conn, [webhook_id], DELETED_ERROR)
@@ -285,7 +303,9 @@ async def delete(db: Database, workspace_id: str, webhook_id: str, now: datetime
 
 async def secret(db: Database, workspace_id: str, webhook_id: str) -> str | None:
     async with db.acquire() as conn:
-        value: str | None = await conn.fetchval(SQL.secret, workspace_id, webhook_id)
+        value: str | None = await conn.fetchval(
+            *SQL.secret(workspace_id=workspace_id, webhook_id=webhook_id)
+        )
     return value
 
 
@@ -295,7 +315,14 @@ async def rotate_secret(
     """A new secret; the previous one keeps signing (beside it) until the grace ends."""
     fresh = new_secret()
     async with db.acquire() as conn:
-        done = await conn.fetchval(SQL.rotate_secret, workspace_id, webhook_id, fresh, now + grace)
+        done = await conn.fetchval(
+            *SQL.rotate_secret(
+                workspace_id=workspace_id,
+                webhook_id=webhook_id,
+                secret=fresh,
+                expires_at=now + grace,
+            )
+        )
     return None if done is None else fresh
 
 
@@ -303,7 +330,7 @@ async def demo_secrets(db: Database, url: str, now: datetime) -> list[tuple[str,
     """The demo workspace's live webhooks at `url` (the demo receiver), each with the secrets
     that sign its deliveries now (the current one; the previous one too during its grace)."""
     async with db.acquire() as conn:
-        rows = await conn.fetch(SQL.demo_secrets, url, now)
+        rows = await conn.fetch(*SQL.demo_secrets(url=url, now=now))
     return [(r["id"], [r["secret"], *([r["previous"]] if r["previous"] else [])]) for r in rows]
 
 
@@ -329,12 +356,13 @@ async def filter_matches(
     async with db.acquire() as conn, conn.transaction(readonly=True):
         await conn.execute(f"SET LOCAL statement_timeout = {round(FILTER_TEST_TIMEOUT * 1000)}")
         row = await conn.fetchrow(
-            SQL.filter_matches,
-            workspace_id,
-            webhook_id,
-            dict(data),
-            given,
-            None if payload_filter is None else dict(payload_filter),
+            *SQL.filter_matches(
+                workspace_id=workspace_id,
+                webhook_id=webhook_id,
+                data=dict(data),
+                given=given,
+                payload_filter=None if payload_filter is None else dict(payload_filter),
+            )
         )
     return None if row is None else bool(row["matches"])
 
@@ -342,5 +370,5 @@ async def filter_matches(
 async def gone(db: Database, webhook_ids: list[str]) -> list[str]:
     """Those of `webhook_ids` deleted (or never there)."""
     async with db.acquire() as conn:
-        rows = await conn.fetch(SQL.gone, webhook_ids)
+        rows = await conn.fetch(*SQL.gone(webhook_ids=webhook_ids))
     return [row["id"] for row in rows]

@@ -31,7 +31,7 @@ def test_a_file_parses_into_named_described_statements() -> None:
 SELECT 1
 -- name: second
 -- Another.
-SELECT $1 -- a comment in the statement stays
+SELECT @a -- a comment in the statement stays
 WHERE true
 """
     found = parse(text)
@@ -49,6 +49,7 @@ WHERE true
         ("-- name: x\n-- A.\nSELECT 1\n-- name: x\n-- B.\nSELECT 2\n", "named twice"),
         ("-- name: Bad-Name\n-- A.\nSELECT 1\n", "not a statement name"),
         ("-- name:\n-- A.\nSELECT 1\n", "not a statement name"),
+        ("-- name: x\n-- A.\nSELECT $1\n", "numbers its parameters"),
     ],
 )
 def test_a_file_that_cannot_be_trusted_is_refused(text: str, problem: str) -> None:
@@ -124,9 +125,9 @@ async def test_every_statement_is_valid_against_the_schema(db: Database) -> None
         importlib.import_module(name)
     sent_as = {
         # With the endpoint's one column list written in (store/webhooks.py `with_options`).
-        ("webhooks.sql", "create"): webhooks.CREATE,
-        ("webhooks.sql", "webhook"): webhooks.WEBHOOK,
-        ("webhooks.sql", "webhooks_page"): webhooks.WEBHOOKS_PAGE,
+        ("webhooks.sql", "create"): webhooks.CREATE.sql,
+        ("webhooks.sql", "webhook"): webhooks.WEBHOOK.sql,
+        ("webhooks.sql", "webhooks_page"): webhooks.WEBHOOKS_PAGE.sql,
         ("queue.sql", "claim"): queue.CLAIM.sql,
     }
     async with db.acquire() as conn:
@@ -172,16 +173,19 @@ FROM t WHERE a = @workspace_id AND (b = @since OR c >= @since) AND d <@ e AND f 
     with pytest.raises(TypeError, match=r"missing \(none\); unknown other"):
         statement(workspace_id=1, since=2, tags=3, other=4)
     assert statement.many([{"workspace_id": 1, "since": 2, "tags": 3}]) == (query.sql, [(1, 2, 3)])
-    with pytest.raises(QueryFileError, match="mixes named"):
+    with pytest.raises(QueryFileError, match=r"bad.sql: x: numbers its parameters \(\$2\)"):
         parse("-- name: x\n-- X.\nSELECT @a, $2\n", "bad.sql")
+    with pytest.raises(QueryFileError, match=r"numbers its parameters \(\$1\): name them"):
+        parse("-- name: x\n-- X.\nSELECT $1\n", "bad.sql")
+    # A dollar quote, tagged or not, is not a parameter.
+    assert parse("-- name: x\n-- X.\nSELECT $$ $1 $$, $f$ @b $f$, @a\n")["x"].params == ("a",)
 
 
-def test_a_named_statement_is_declared_a_statement(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only a file still numbering its parameters (webhooks.sql, during the transition) is
-    declared `str`; a named statement declared `str` is refused at import."""
+def test_a_statement_is_declared_a_statement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A statement declared anything but `Statement` (say, `str`) is refused at import."""
     importlib.import_module("dispatcher.store.conversations")
     monkeypatch.delitem(queries._BOUND, "conversations.sql")  # as if not imported yet
-    with pytest.raises(QueryFileError, match="name their parameters: declare them `Statement`"):
+    with pytest.raises(QueryFileError, match="declare conversation, set_status, conversations_"):
 
         class Raw(Queries, file="conversations.sql"):
             conversation: str
@@ -189,13 +193,14 @@ def test_a_named_statement_is_declared_a_statement(monkeypatch: pytest.MonkeyPat
             conversations_page: str
 
 
-def test_only_webhooks_sql_still_numbers_its_parameters() -> None:
-    """Every file names its parameters but webhooks.sql, rewritten elsewhere during the
-    transition (the loader's `str` declarations are for it alone)."""
-    numbered = {
-        file for file in _query_files() for query in queries.load(file).values() if query.numbered
-    }
-    assert numbered <= {"webhooks.sql"}
+def test_no_file_numbers_its_parameters() -> None:
+    """Every file names its parameters (`@name`): none writes asyncpg's `$n` itself (the
+    loader refuses it, so every file loads), and every statement's text, comments and
+    literals aside, has no `$n`."""
+    numbered = re.compile(r"(?<![\w$])\$\d")
+    for file in _query_files():
+        for query in queries.load(file).values():
+            assert not numbered.search(_words(query.text)), (file, query.name)
 
 
 def test_the_claim_and_the_record_give_a_row_up_for_the_same_reasons() -> None:

@@ -34,9 +34,10 @@ store/pages.py (which filters a request gives decides the index walk: written as
 ...` they would leave the generic plan without an index condition), and maintenance.sql's
 `{day}` names a day's partitions (an identifier).
 
-During the transition one file (webhooks.sql, rewritten elsewhere) still numbers its
-parameters (`$1`); its class declares those statements `str`, and gets the text as it is. A
-statement mixes neither style, and a `str` declaration of a named statement is refused.
+No statement numbers its parameters itself (`$1`): the loader refuses one that does, and a
+class that declares a statement anything but `Statement`. webhooks.sql's endpoint statements
+get the endpoint's one column list written in at import (store/webhooks.py `with_options`,
+its option parameters named after the options), then are translated as the file's are.
 
 What the database itself runs (the outbox function users call, the fan-out, the envelope,
 triggers) lives in dispatcher/store/functions.sql; these statements call it by name. The folder
@@ -58,10 +59,10 @@ from typing import Any, ClassVar
 HEADER = re.compile(r"^-- name: *(\S*)[ \t]*$", re.MULTILINE)
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # What a parameter may hide in: string literals, quoted names, comments, dollar quotes and
-# casts are passed over; `@name` is a named parameter, `$n` a numbered one. `@` after `<` or
-# `@` is an operator (`<@`, `@@`), and `@>` never starts a name.
+# casts are passed over; `@name` is a named parameter, `$n` a numbered one (refused). `@`
+# after `<` or `@` is an operator (`<@`, `@@`), and `@>` never starts a name.
 TOKEN = re.compile(
-    r"""'(?:[^']|'')*'|"[^"]*"|--[^\n]*|/\*.*?\*/|\$([A-Za-z_]\w*)?\$.*?\$\1\$|::"""
+    r"""'(?:[^']|'')*'|"[^"]*"|--[^\n]*|/\*.*?\*/|\$([A-Za-z_]\w*|)\$.*?\$\1\$|::"""
     r"""|(?<![<@\w])@([a-z_][a-z0-9_]*)|\$(\d+)""",
     re.DOTALL,
 )
@@ -72,8 +73,8 @@ _BOUND: dict[str, str] = {}
 
 class QueryFileError(Exception):
     """A query file that cannot be trusted: a statement without a name or a description, a
-    name twice, a statement mixing named and numbered parameters, or a file and the class
-    that binds it that disagree. A programming error, raised at import."""
+    name twice, a statement numbering its parameters (`$n`), or a file and the class that
+    binds it that disagree. A programming error, raised at import."""
 
 
 @dataclass(frozen=True)
@@ -122,26 +123,24 @@ class Query:
     name: str
     description: str  # the comment under the name, joined into one line
     sql: str  # as sent: named parameters translated to `$n`
-    params: tuple[str, ...] = ()  # the names of $1, $2, ... (empty: numbered or none)
+    params: tuple[str, ...] = ()  # the names of $1, $2, ...
     text: str = ""  # as written in the file
-    numbered: bool = False  # written with `$n` (webhooks.sql, during the transition)
 
     @property
     def statement(self) -> Statement:
         return Statement(self.name, self.sql, self.params)
 
 
-def translate(sql: str, where: str = "<text>") -> tuple[str, tuple[str, ...], bool]:
+def translate(sql: str, where: str = "<text>") -> tuple[str, tuple[str, ...]]:
     """`sql` with each `@name` replaced by `$n` (the same name, the same number), and the
-    names in number order, and whether it numbers parameters itself (`$n`, left as they are);
-    mixing both is refused."""
+    names in number order; a statement numbering parameters itself (`$n`) is refused."""
     params: list[str] = []
-    numbered = False
 
     def replace(match: re.Match[str]) -> str:
-        nonlocal numbered
         if match.group(3) is not None:
-            numbered = True
+            raise QueryFileError(
+                f"{where}: numbers its parameters ({match.group(0)}): name them (@name)"
+            )
         name = match.group(2)
         if name is None:
             return match.group(0)
@@ -149,10 +148,7 @@ def translate(sql: str, where: str = "<text>") -> tuple[str, tuple[str, ...], bo
             params.append(name)
         return f"${params.index(name) + 1}"
 
-    translated = TOKEN.sub(replace, sql)
-    if numbered and params:
-        raise QueryFileError(f"{where}: mixes named (@name) and numbered ($n) parameters")
-    return translated, tuple(params), numbered
+    return TOKEN.sub(replace, sql), tuple(params)
 
 
 def parse(text: str, file: str = "<text>") -> dict[str, Query]:
@@ -173,8 +169,8 @@ def parse(text: str, file: str = "<text>") -> dict[str, Query]:
             raise QueryFileError(f"{file}: {name} has no description (a `-- ...` line under it)")
         if not sql:
             raise QueryFileError(f"{file}: {name} has no statement")
-        translated, params, numbered = translate(sql, f"{file}: {name}")
-        queries[name] = Query(name, description, translated, params, sql, numbered)
+        translated, params = translate(sql, f"{file}: {name}")
+        queries[name] = Query(name, description, translated, params, sql)
     return queries
 
 
@@ -187,8 +183,7 @@ def load(file: str) -> dict[str, Query]:
 class Queries:
     """The statements of one query file, as class attributes (see the module's docstring).
 
-    A subclass passes `file=` and declares each statement it sends as `name: Statement` (or,
-    for a file still numbering its parameters, `name: str`)."""
+    A subclass passes `file=` and declares each statement it sends as `name: Statement`."""
 
     file: ClassVar[str]
 
@@ -208,21 +203,13 @@ class Queries:
             )
         if file in _BOUND:
             raise QueryFileError(f"{file} is bound by {_BOUND[file]} already")
-        raw = [name for name in declared if annotations[name] in (str, "str")]
-        named = [name for name in raw if found[name].params]
-        if named:
-            raise QueryFileError(
-                f"{file}: {', '.join(named)} name their parameters: declare them `Statement`"
-            )
-        numbered = [name for name in declared if name not in raw and found[name].numbered]
-        if numbered:
-            raise QueryFileError(
-                f"{file}: {', '.join(numbered)} number their parameters ($n): name them (@name)"
-            )
+        other = [name for name in declared if annotations[name] not in (Statement, "Statement")]
+        if other:
+            raise QueryFileError(f"{file}: declare {', '.join(other)} `Statement`")
         _BOUND[file] = f"{cls.__module__}.{cls.__qualname__}"
         cls.file = file
         for name in declared:
-            setattr(cls, name, found[name].sql if name in raw else found[name].statement)
+            setattr(cls, name, found[name].statement)
 
 
 def bound_files() -> dict[str, str]:
