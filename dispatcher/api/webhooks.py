@@ -3,7 +3,8 @@ client sends, what it is answered) and its routes.
 
 An endpoint's options are the domain's (domain/endpoints.py `EndpointOptions`). Those the API
 passes through as they are (null: the default, a global setting; answered as stored) are
-declared once, in `PassedOptions`: the create and the PATCH take them from there
+declared once, in the domain (`endpoints.PASSED`: API name, bounded type, meaning), and
+`PassedOptions` is made of them: the create and the PATCH take them from there
 (`CreateWebhook` and `UpdateWebhook` inherit it), the answer's type is made of its fields
 (`Webhook`), each field is the domain option of its snake_case name, and `_options` and
 `_changes` carry them to the store without naming them. The others are written out below, each
