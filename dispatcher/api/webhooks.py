@@ -3,7 +3,8 @@ client sends, what it is answered) and its routes.
 
 An endpoint's options are the domain's (domain/endpoints.py `EndpointOptions`). Those the API
 passes through as they are (null: the default, a global setting; answered as stored) are
-declared once, in `PassedOptions`: the create and the PATCH take them from there
+declared once, in the domain (`endpoints.PASSED`: API name, bounded type, meaning), and
+`PassedOptions` is made of them: the create and the PATCH take them from there
 (`CreateWebhook` and `UpdateWebhook` inherit it), the answer's type is made of its fields
 (`Webhook`), each field is the domain option of its snake_case name, and `_options` and
 `_changes` carry them to the store without naming them. The others are written out below, each
@@ -12,14 +13,13 @@ with what the API makes of it (a name "" clears it, a `{}` filter is none, the a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any, cast, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import structlog
 from aiohttp import web
-from pydantic import MISSING, AwareDatetime, Field
+from pydantic import MISSING, AwareDatetime, Field, create_model
 from typing_extensions import TypedDict
 
 from dispatcher.api.framework.context import Services
@@ -61,49 +61,31 @@ from dispatcher.store.workspaces import ApiKey
 # -- the options passed through ----------------------------------------------------------------
 
 
-class PassedOptions(Body):
-    """The options the API passes through: created and patched as declared here (absent or
-    null: the default), answered as stored. A new such option is one field here (after its
-    field in domain/endpoints.py and its column): nothing else in the API names it."""
-
-    # Seconds an attempt may take, connecting included; null: DISPATCHER_REQUEST_TIMEOUT.
-    timeoutSeconds: (
-        Annotated[
-            float,
-            Field(ge=endpoints.MIN_TIMEOUT_SECONDS, le=endpoints.MAX_TIMEOUT_SECONDS),
-        ]
-        | None
-    ) = None
-    # Seconds after each failed attempt (attempts: its length + 1, then given up); null:
-    # DISPATCHER_RETRY_SCHEDULE.
-    retrySchedule: (
-        Annotated[
-            list[Annotated[int, Field(ge=endpoints.MIN_RETRY_DELAY, le=endpoints.MAX_RETRY_DELAY)]],
-            Field(min_length=endpoints.MIN_RETRY_DELAYS, max_length=endpoints.MAX_RETRY_DELAYS),
-        ]
-        | None
-    ) = None
-
-
-def _option(field: str) -> str:
-    """The domain option of an API field: `timeoutSeconds` -> `timeout_seconds`."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", field).lower()
-
-
-PASSED: tuple[str, ...] = tuple(PassedOptions.model_fields)
-if not {_option(field) for field in PASSED} <= set(endpoints.OPTIONS):
-    raise TypeError(f"PassedOptions names no option of domain/endpoints.py: {PASSED}")
-
 if TYPE_CHECKING:
+
+    class PassedOptions(Body):
+        """The options the API passes through (made of domain/endpoints.py `PASSED` at run
+        time)."""
 
     class PassedOptionsOut(TypedDict):
         """`PassedOptions` as answered (made of its fields at run time)."""
 
 else:
-    _PASSED_TYPES = get_type_hints(PassedOptions, include_extras=True)
-    PassedOptionsOut = TypedDict(
-        "PassedOptionsOut", {field: _PASSED_TYPES[field] for field in PASSED}
+    PassedOptions = create_model(
+        "PassedOptions",
+        __base__=Body,
+        __doc__="""The options the API passes through: created and patched as the domain
+        declares them (absent or null: the default), answered as stored. A new such option is
+        one entry of domain/endpoints.py `PASSED` (after its field and its column): nothing in
+        the API names it.""",
+        **{passed.name: (passed.type | None, None) for passed in endpoints.PASSED},
     )
+    PassedOptionsOut = TypedDict(
+        "PassedOptionsOut", {passed.name: passed.type | None for passed in endpoints.PASSED}
+    )
+
+PASSED: tuple[str, ...] = tuple(passed.name for passed in endpoints.PASSED)
+_option = endpoints.option_of
 
 
 def _passed_in(body: PassedOptions, fields: Collection[str] = PASSED) -> dict[str, Any]:

@@ -1,17 +1,23 @@
 """An endpoint's options: the one description of what a webhook subscription may set.
 
 Each option is one field of `EndpointOptions`, named as its column in `webhooks` (schema.sql);
-its bounds are the constants below, which the API's models state (api/models.py, and
-api/webhooks.py `PassedOptions`; through them the OpenAPI document the console reads its
-form's bounds from) and the CHECK constraints repeat (tests/store/test_facts_agree.py keeps
-the two equal). The store reads and writes an endpoint with the column list these fields
-make (store/webhooks.py `option_columns`), builds a PATCH from the fields a change names
+its bounds are the constants below, which the API's models state (api/models.py, and through
+`PASSED` below api/webhooks.py `PassedOptions`; through them the OpenAPI document the console
+reads its form from) and the CHECK constraints repeat (tests/store/test_facts_agree.py keeps
+the two equal). The store reads and writes an endpoint with the column list these fields make
+(store/webhooks.py `option_columns`), builds a PATCH from the fields a change names
 (`EndpointChanges`), and the claim hands the engine the same type (store/queue.py
 `Claimed.endpoint`).
 
-So adding a per-endpoint option is: a field here (and its bound), its column (a migration and
-schema.sql), the API's shapes (one field of api/webhooks.py `PassedOptions`), and whatever
-uses it (README.md, "Adding an endpoint option").
+An option the API passes through as it is (null: the default, a global setting; answered as
+stored) is also one entry of `PASSED`: its API name, its type with its bounds (annotated_types
+constraints, which pydantic reads: this module imports no pydantic) and what it means. The
+API's `PassedOptions` is made of these entries (api/webhooks.py) and the console's form of the
+OpenAPI document they end in (api/console/webhooks.js), so neither names such an option.
+
+So adding a passed-through option is: a field here, its bounds and its `PASSED` entry, its
+column (a migration and schema.sql), and whatever uses it in the engine (README.md, "Adding an
+endpoint option").
 
 Which secrets sign an endpoint's requests now is `signing.signing_secrets` (a rotation's
 previous secret during its grace); the secrets themselves are no option (never set by a
@@ -20,8 +26,11 @@ client, never answered but by the secret routes) and stay out of this type.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any, NamedTuple, TypedDict
+from typing import Annotated, Any, NamedTuple, TypedDict
+
+from annotated_types import Ge, Le, MaxLen, MinLen
 
 from dispatcher.domain.enums import Ordering
 
@@ -93,7 +102,45 @@ class EndpointChanges(TypedDict, total=False):
     enabled: bool
 
 
+class PassedOption(NamedTuple):
+    """An option the API passes through as it is: created and patched as given (absent or
+    null: the default), answered as stored."""
+
+    name: str  # the API's name, the option's in camelCase (`timeoutSeconds`: `timeout_seconds`)
+    type: Any  # its type when set (null is always allowed), bounds as annotated_types constraints
+    description: str  # what it means (the code's documentation; the OpenAPI document has none)
+
+
+# The passed-through options, in the order the API's shapes list them.
+PASSED: tuple[PassedOption, ...] = (
+    PassedOption(
+        "timeoutSeconds",
+        Annotated[float, Ge(MIN_TIMEOUT_SECONDS), Le(MAX_TIMEOUT_SECONDS)],
+        "Seconds an attempt may take, connecting included; null: DISPATCHER_REQUEST_TIMEOUT.",
+    ),
+    PassedOption(
+        "retrySchedule",
+        Annotated[
+            list[Annotated[int, Ge(MIN_RETRY_DELAY), Le(MAX_RETRY_DELAY)]],
+            MinLen(MIN_RETRY_DELAYS),
+            MaxLen(MAX_RETRY_DELAYS),
+        ],
+        "Seconds after each failed attempt (attempts: its length + 1, then given up); null:"
+        " DISPATCHER_RETRY_SCHEDULE.",
+    ),
+)
+
+
+def option_of(name: str) -> str:
+    """The option of an API name: `timeoutSeconds` -> `timeout_seconds`."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
 def changed_options(changes: Mapping[str, object]) -> list[str]:
     """The options a change sets, in column order (never `enabled`, never a name that is no
     option: what a statement built from them names comes from `OPTIONS` only)."""
     return [option for option in OPTIONS if option in changes]
+
+
+if not {option_of(passed.name) for passed in PASSED} <= set(OPTIONS):
+    raise TypeError(f"PASSED names no option of EndpointOptions: {[p.name for p in PASSED]}")

@@ -338,9 +338,18 @@ def webhook_form_bounds(browser: Browser) -> dict[str, Any]:
     concurrency = browser.wait(lambda d: d.find_element(By.ID, "field-concurrency"), "the form")
     rate = driver.find_element(By.ID, "field-rateLimit")
     name = driver.find_element(By.ID, "field-name")
+    timeout = driver.find_element(By.ID, "field-timeoutSeconds")
+    schedule = driver.find_element(By.ID, "field-retrySchedule")
     return {
         "maxConcurrency": (concurrency.get_attribute("min"), concurrency.get_attribute("max")),
         "rateLimit": (rate.get_attribute("min"), rate.get_attribute("max")),
+        "timeoutSeconds": (
+            timeout.get_attribute("type"),
+            timeout.get_attribute("min"),
+            timeout.get_attribute("max"),
+            timeout.get_attribute("step"),
+        ),
+        "retrySchedule": schedule.tag_name,
         "name": name.get_attribute("maxlength"),
         "hints": text_of(driver, ".webhook-form"),
     }
@@ -367,3 +376,15 @@ async def test_the_webhook_form_takes_its_bounds_from_the_api_document(
     assert found["rateLimit"] == bounds("rateLimit")
     assert found["name"] == str(fields["name"]["anyOf"][0]["maxLength"])
     assert "{}..{}; empty: no limit".format(*bounds("rateLimit")) in found["hints"]
+    # An option passed through is drawn from its schema alone (no entry of its own in the JS):
+    # a number input with the document's bounds, or a JSON text area for an array.
+    kind, low, high, step_ = found["timeoutSeconds"]
+    low_given, high_given = bounds("timeoutSeconds")
+    assert (kind, float(low), float(high), step_) == (
+        "number",
+        float(low_given),
+        float(high_given),
+        "any",
+    )
+    assert f"{low}..{high}; empty: the service default" in found["hints"]
+    assert found["retrySchedule"] == "textarea"

@@ -1,11 +1,11 @@
 // Who is signed in, what the key may do (GET /v1/me), and what the API documents (the event
-// types and the bounds of a webhook's options, read from its OpenAPI document so that the
-// console never drifts from the service: the bounds are written once, in
-// dispatcher/domain/endpoints.py).
+// types, and a webhook's fields with their types and bounds, read from its OpenAPI document so
+// that the console never drifts from the service: the bounds and the options passed through
+// are written once, in dispatcher/domain/endpoints.py).
 
 import { api } from "./api.js";
 
-export const session = { me: null, eventTypes: [], webhookBounds: {} };
+export const session = { me: null, eventTypes: [], webhookBounds: {}, webhookFields: {} };
 
 // A scope another one also grants (docs/api.md): a key that reads webhooks reads events too.
 const ALSO_GRANTED_BY = { "events:read": "webhooks:read" };
@@ -20,16 +20,21 @@ export function can(scope) {
 const BOUNDS = ["minimum", "maximum", "minLength", "maxLength", "maxItems"];
 
 function boundsOf(schema) {
-  const variants = schema.anyOf || [schema];
-  const given = variants.find((variant) => variant.type && variant.type !== "null") || {};
+  const given = givenForm(schema);
   return Object.fromEntries(BOUNDS.filter((bound) => bound in given).map((bound) => [bound, given[bound]]));
 }
 
-/** The bounds of each field of a webhook's create body, by field name (from its schema). */
-function webhookBounds(documented) {
+// The non-null form of a field's schema (`{}` when none is given).
+function givenForm(schema) {
+  const variants = schema.anyOf || [schema];
+  return variants.find((variant) => variant.type && variant.type !== "null") || {};
+}
+
+/** The schema of each field of a webhook's create body, by field name, in the body's order. */
+function webhookFields(documented) {
   const body = documented.paths["/v1/webhooks"].post.requestBody.content["application/json"].schema;
   const schema = body.$ref ? documented.components.schemas[body.$ref.split("/").pop()] : body;
-  return Object.fromEntries(Object.entries(schema.properties).map(([name, field]) => [name, boundsOf(field)]));
+  return schema.properties;
 }
 
 export async function loadCatalog() {
@@ -38,10 +43,13 @@ export async function loadCatalog() {
     const listing = documented.paths["/v1/webhooks/{webhook_id}/deliveries"].get.parameters;
     const event = listing.find((parameter) => parameter.name === "event");
     session.eventTypes = (event && event.schema.enum) || [];
-    session.webhookBounds = webhookBounds(documented);
+    session.webhookFields = webhookFields(documented);
+    session.webhookBounds = Object.fromEntries(Object.entries(session.webhookFields)
+      .map(([name, field]) => [name, boundsOf(field)]));
   } catch {
     session.eventTypes = [];
     session.webhookBounds = {};
+    session.webhookFields = {};
   }
 }
 
@@ -49,6 +57,16 @@ export async function loadCatalog() {
  * when the document could not be read: the server's 400 still says what is wrong). */
 export function webhookFieldBounds(name) {
   return session.webhookBounds[name] || {};
+}
+
+/** The fields of a webhook's create body as the API documents them, in its order: each one's
+ * name, its type (of its non-null form: "number", "integer", "array", ...), title and
+ * description ([] when the document could not be read). */
+export function webhookFieldList() {
+  return Object.entries(session.webhookFields).map(([name, schema]) => {
+    const given = givenForm(schema);
+    return { name, type: given.type, title: schema.title || given.title, description: schema.description || given.description };
+  });
 }
 
 /** A field's range as a hint: "1..10000", or "" when the document gave none. */

@@ -4,7 +4,7 @@
 import { api, segment } from "./api.js";
 import { attemptsChart } from "./chart.js";
 import { badge, field, h, orDash, show, when } from "./dom.js";
-import { can, rangeHint, subscribableTypes, webhookFieldBounds } from "./session.js";
+import { can, rangeHint, subscribableTypes, webhookFieldBounds, webhookFieldList } from "./session.js";
 import { Pager, actionButton, errorBox, isoToLocal, localToIso, notify, pageHead, percent, select } from "./ui.js";
 
 const WINDOWS = [["1h", "last hour"], ["24h", "last 24 hours"], ["7d", "last 7 days"]];
@@ -100,7 +100,7 @@ function settingsList(hook) {
     ["max concurrency", String(hook.maxConcurrency)],
     ["created", when(hook.createdAt)],
   ];
-  for (const [name, caption] of EXTRA_FIELDS.map((extra) => [extra.name, extra.caption])) {
+  for (const [name, caption] of extraFields().map((extra) => [extra.name, extra.caption])) {
     if (name in hook) rows.push([caption, h("code", {}, JSON.stringify(hook[name]))]);
   }
   if ("secretHeaderNames" in hook) rows.push(["secret header names", hook.secretHeaderNames.join(", ") || "none"]);
@@ -208,7 +208,7 @@ export function recoverForm(ctx, hook) {
 // -- create and edit --------------------------------------------------------------------------
 
 // Fields the subscription may carry beyond the first ones (custom headers, payload filter,
-// ordering, rate limit, timeout, retry schedule): shown whatever the server answers, sent only when changed, so that a
+// ordering, rate limit): shown whatever the server answers, sent only when changed, so that a
 // server that does not know them yet refuses them with its own 400 message.
 const EXTRA_FIELDS = [
   { name: "headers", caption: "headers", kind: "json", hint: 'JSON object, e.g. {"X-Team": "payments"}; sent with every attempt' },
@@ -216,9 +216,32 @@ const EXTRA_FIELDS = [
   { name: "filter", caption: "payload filter", kind: "json", hint: 'JSON object the event data must contain, e.g. {"direction": "incoming"}; empty: every event' },
   { name: "ordering", caption: "ordering", kind: "choice", choices: [["", "(server default)"], ["none", "none"], ["fifo", "fifo"]] },
   { name: "rateLimit", caption: "rate limit (requests/s)", kind: "integer", hint: () => [rangeHint("rateLimit"), "empty: no limit"].filter(Boolean).join("; ") },
-  { name: "timeoutSeconds", caption: "timeout (seconds)", kind: "number", hint: () => [rangeHint("timeoutSeconds"), "empty: the service default"].filter(Boolean).join("; ") },
-  { name: "retrySchedule", caption: "retry schedule (seconds)", kind: "json", hint: "JSON array of the delays after each failed attempt, e.g. [10, 60, 600]; empty: the service default" },
 ];
+// The fields the form writes out itself (the first ones and the extra ones above).
+const WRITTEN = new Set(["url", "events", "name", "numberIds", "maxConcurrency", ...EXTRA_FIELDS.map((extra) => extra.name)]);
+// Every other field of the create body is an option the API passes through (null: the
+// service's default), drawn from its schema in the OpenAPI document (domain/endpoints.py
+// `PASSED`): no edit here for a new one. Optional wording, by name, over the generic one.
+const PASSED_WORDING = {
+  timeoutSeconds: { caption: "timeout (seconds)" },
+  retrySchedule: { caption: "retry schedule (seconds)", hint: "JSON array of the delays after each failed attempt, e.g. [10, 60, 600]; empty: the service default" },
+};
+
+// `maxPayloadKilobytes` -> "max payload kilobytes".
+const wordsOf = (name) => name.replace(/([A-Z])/g, " $1").toLowerCase();
+
+function passedField({ name, type, title, description }) {
+  const kind = type === "number" || type === "integer" ? type : "json";
+  const wording = PASSED_WORDING[name] || {};
+  const generic = () => [kind === "json" ? `JSON ${type || "value"}` : rangeHint(name), "empty: the service default"]
+    .filter(Boolean).join("; ");
+  return { name, kind, caption: wording.caption || title || wordsOf(name), hint: wording.hint || description || generic };
+}
+
+/** The extra fields, then the options passed through, as the API documents them. */
+function extraFields() {
+  return [...EXTRA_FIELDS, ...webhookFieldList().filter((given) => !WRITTEN.has(given.name)).map(passedField)];
+}
 
 function extraControl(extra, hook) {
   const id = `field-${extra.name}`;
@@ -268,7 +291,7 @@ function webhookForm(ctx, hook, done) {
   const numbers = h("input", { id: "field-numbers", type: "text", value: hook && hook.numberIds ? hook.numberIds.join(", ") : "" });
   const { minimum, maximum } = webhookFieldBounds("maxConcurrency");
   const concurrency = h("input", { id: "field-concurrency", type: "number", min: minimum, max: maximum, value: hook ? hook.maxConcurrency : "" });
-  const extras = EXTRA_FIELDS.map((extra) => [extra, extraControl(extra, hook)]);
+  const extras = extraFields().map((extra) => [extra, extraControl(extra, hook)]);
   const initial = new Map([[url, url.value], [name, name.value], [numbers, numbers.value], [concurrency, String(concurrency.value)],
     ...extras.map(([, control]) => [control, control.value])]);
   const initialEvents = [...chosen].sort().join(",");
@@ -298,7 +321,7 @@ function webhookForm(ctx, hook, done) {
     events,
     field("Numbers (optional)", numbers, "PN… ids separated by commas; empty: every number"),
     field("Max concurrency", concurrency, "requests in flight at once; empty: the service default"),
-    h("fieldset", { class: "extras" }, h("legend", {}, "Headers, filter, ordering, rate limit, timeout, retries"),
+    h("fieldset", { class: "extras" }, h("legend", {}, "Headers, filter, ordering, rate limit and more"),
       extras.map(([extra, control]) => field(extra.caption, control, typeof extra.hint === "function" ? extra.hint() : extra.hint))),
     problem,
     h("button", { type: "submit", class: "primary" }, hook ? "Save changes" : "Create the webhook"));
