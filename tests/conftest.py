@@ -232,7 +232,10 @@ async def wait_for(
 # module so that the list of what is slow, and why, is in one place. Measured with
 # `pytest --durations` on the project's 2-core machine: what started processes, a browser, a
 # real upgrade or a load, or waited out real timeouts (about a second or more each).
-SLOW_FOLDERS = frozenset({"e2e", "chaos", "scale", "deploy"})
+# The engine, observability and CLI folders run the delivery engine against real receivers
+# and timers, real traffic through metrics and traces, or the CLI: integration tests, not unit
+# or API ones, and together half the lane's time (about 50 s of 122 s measured on two workers).
+SLOW_FOLDERS = frozenset({"e2e", "chaos", "scale", "deploy", "engine", "observability", "cli"})
 SLOW_TESTS = (
     "tests/cli/test_cli.py",  # runs `dispatcher` as a child process for each test
     "tests/cli/test_embedded_missing.py",  # child processes
