@@ -21,6 +21,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from dispatcher.domain.enums import HeldReason
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 # Lags of minutes (a backlog, a retry due long ago) are told apart up to an hour: p99 of a
 # worst lag of 815 s must not read as the next bucket's 3,600 s.
@@ -198,7 +200,7 @@ OUTCOME_STATUS_CLASSES = {
     "connection_error": ("none",),
     "blocked": ("none",),
 }
-HELD_REASONS = ("rate_limit", "concurrency", "fifo")
+HELD_REASONS = tuple(str(reason) for reason in HeldReason)  # domain/enums.py
 
 
 def _declare_label_values() -> None:

@@ -82,6 +82,16 @@ class Ordering(StrEnum):
     FIFO = "fifo"
 
 
+class HeldReason(StrEnum):
+    """Why due work waits unclaimed (the engines' waiting report, queries/queue.sql
+    `held_summary`, and the `reason` label of `dispatcher_deliveries_held`): its endpoint's rate
+    limit, its concurrency limit, or its place behind the head of a fifo lane."""
+
+    RATE_LIMIT = "rate_limit"
+    CONCURRENCY = "concurrency"
+    FIFO = "fifo"
+
+
 class DisabledReason(StrEnum):
     """Why a webhook is disabled: by its owner, by the failure clock, or by a 410 Gone."""
 

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 from dispatcher.domain import outcomes
 from dispatcher.domain.endpoints import OPTIONS, EndpointOptions
-from dispatcher.domain.enums import DeliveryStatus, DisabledReason
+from dispatcher.domain.enums import DeliveryStatus, DisabledReason, HeldReason
 from dispatcher.domain.health import SettledDelivery
 from dispatcher.domain.operational import SettledAttempt, about_attempt
 from dispatcher.domain.outcomes import (
@@ -495,7 +495,7 @@ async def held_summary(db: Database, now: datetime, default_concurrency: int) ->
                 due_cap=DUE_COUNT_CAP,
             )
         )
-    rows = {reason: 0 for reason in ("rate_limit", "concurrency", "fifo")}
+    rows = {str(reason): 0 for reason in HeldReason}
     oldest_unclaimed = 0.0
     for row in found:
         if row["reason"] is None:

@@ -37,6 +37,7 @@ import annotated_types
 import asyncpg
 import pytest
 
+from dispatcher import metrics
 from dispatcher.api import models
 from dispatcher.api.events import OrderingKey
 from dispatcher.api.registry import document
@@ -48,6 +49,7 @@ from dispatcher.domain.enums import (
     DeliveryStatus,
     Direction,
     DisabledReason,
+    HeldReason,
     MessageStatus,
     Ordering,
 )
@@ -55,7 +57,7 @@ from dispatcher.domain.events import EVENT_TYPE_PATTERN, TEST_EVENT
 from dispatcher.domain.outcomes import AttemptOutcome, GiveUpReason
 from dispatcher.domain.signing import signing_secrets
 from dispatcher.domain.text import is_control
-from dispatcher.store import webhooks
+from dispatcher.store import queue, webhooks
 from dispatcher.store.database import Database
 from dispatcher.store.webhooks import DELETED_ERROR, DISABLED_ERROR
 from tests.conftest import Workspace
@@ -525,3 +527,12 @@ async def test_endpoint_policy_bounds(conn: asyncpg.Connection, ws: Workspace) -
     (schedule, _null) = body["retrySchedule"]["anyOf"]
     assert (schedule["minItems"], schedule["maxItems"]) == (fewest, most)
     assert (schedule["items"]["minimum"], schedule["items"]["maximum"]) == (shortest, longest)
+
+
+def test_the_waiting_reports_reasons_are_held_reasons() -> None:
+    """The engines' waiting report labels its rows in SQL (queries/queue.sql `held_summary`:
+    `THEN 'rate_limit'`, `SELECT 'fifo'`, ...); each label is a HeldReason, and every
+    HeldReason is reported (the metric declares its series from the enum)."""
+    labels = set(re.findall(r"(?:THEN|SELECT)\s+'(\w+)'", queue.SQL.held_summary.sql))
+    assert labels == {str(reason) for reason in HeldReason}
+    assert tuple(str(reason) for reason in HeldReason) == metrics.HELD_REASONS
