@@ -41,6 +41,30 @@ WHERE a.state = 'idle in transaction' AND a.application_name = 'dispatcher'
 """
 
 
+# Whether a record has written its attempts and waits for a lock: the test's hold (below).
+RECORD_WAITING = """
+SELECT EXISTS (
+    SELECT 1 FROM pg_stat_activity a
+    WHERE a.application_name = 'dispatcher' AND a.wait_event_type = 'Lock'
+      AND EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                  WHERE l.pid = a.pid AND l.granted AND c.relname = 'delivery_attempts'))
+"""
+# The test's hold on one engine's records: its rows of the hour rollups (every record adds to
+# them after writing its attempts; each engine has rows of its own), for its webhooks and the
+# hours about now, written or locked in a transaction the test keeps open, then rolls back.
+HOLD_ENGINES_RECORDS = """
+INSERT INTO webhook_stats_hours AS r (webhook_id, hour, engine, success, http_error, timeout,
+                                      connection_error, blocked, delivered, failed)
+SELECT w.id, h.hour, $2, 0, 0, 0, 0, 0, 0, 0
+FROM webhooks w,
+     LATERAL (SELECT date_trunc('hour', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+                     + make_interval(hours => n) AS hour
+              FROM generate_series(-1, 1) n) h
+WHERE w.workspace_id = $1
+ON CONFLICT (webhook_id, hour, engine) DO UPDATE SET success = r.success
+"""
+
+
 async def record_stalled(db: Database) -> bool:
     """Whether a session stays idle inside a record's transaction (the same one, unmoved,
     for 0.3 s: a live engine's records take milliseconds)."""
@@ -56,6 +80,11 @@ async def record_stalled(db: Database) -> bool:
             (r["pid"], r["state_change"]) for r in await conn.fetch(RECORD_IDLE_IN_TRANSACTION)
         }
     return bool(first & later)
+
+
+async def record_waiting(db: Database) -> bool:
+    async with db.acquire() as conn:
+        return bool(await conn.fetchval(RECORD_WAITING))
 
 
 async def leases_of(db: Database, owner: str) -> set[str]:
@@ -109,18 +138,24 @@ async def test_a_stalled_engine_never_stops_the_others(
             else:
                 forwarder.resume()
 
-        # Stall it until it is caught inside a record's transaction (holding rows a
-        # take-over would want): the case that froze the other engine's heartbeat.
-        for _ in range(60):
-            before = len(receiver.requests)
-            await wait_for(lambda b=before: len(receiver.requests) >= b + 20, within=30,
-                           message="deliveries flowing")  # fmt: skip
-            freeze()
-            if await record_stalled(db):
-                break
-            thaw()
-        else:
-            pytest.fail("never caught the engine inside a record")
+        # Stall it inside a record's transaction (holding rows a take-over would want): the
+        # case that froze the other engine's heartbeat. Caught there by design, not by chance:
+        # the test holds the engine's records at their rollups until one waits there, stalls
+        # the engine, and lets go; the record then completes its statement and sits idle in
+        # its transaction, its rows locked. The other engine's records go on meanwhile.
+        await wait_for(lambda: len(receiver.requests) >= 20, within=30,
+                       message="deliveries flowing")  # fmt: skip
+        async with db.acquire() as conn:
+            hold = conn.transaction()
+            await hold.start()
+            try:
+                await conn.execute(HOLD_ENGINES_RECORDS, ws.id, stalled_owner)
+                await wait_for(lambda: record_waiting(db), within=30,
+                               message="the engine's record waiting")  # fmt: skip
+                freeze()
+            finally:
+                await hold.rollback()
+        await wait_for(lambda: record_stalled(db), within=5, message="the record stalled")
         stalled_at = time.monotonic()
         held = await leases_of(db, stalled_owner)  # what may be sent twice: its leases
         assert held
