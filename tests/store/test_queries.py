@@ -8,6 +8,7 @@ import importlib
 import pkgutil
 import re
 import tomllib
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 
@@ -229,9 +230,7 @@ def test_the_stats_statements_spell_out_the_domains_outcomes_and_buckets() -> No
     arrays += ["timestamptz", "timestamptz", "text"]
     unnest = ", ".join(f"${i}::{kind}[]" for i, kind in enumerate(arrays, 1))
     engine = f"${len(arrays) + 1}"
-    added = ", ".join(
-        f"r.response_ms[{i}] + excluded.response_ms[{i}]" for i in range(1, BUCKETS + 1)
-    )
+    added = ", ".join(f"a[{i}] + b[{i}]" for i in range(1, BUCKETS + 1))
     totals = ", ".join(f"{c} = r.{c} + excluded.{c}" for c in counts)
 
     record_batch = _words(stats.SQL.record_batch.sql)
@@ -250,8 +249,12 @@ def test_the_stats_statements_spell_out_the_domains_outcomes_and_buckets() -> No
             f"SELECT webhook_id, starts_at, {columns}, response_ms{latest}, {engine} "
             f"FROM tally WHERE span = '{key}' "
         ) in record_batch
-    assert record_batch.count(f"SET {totals}, response_ms = CASE ") == 2
-    assert re.findall(r"ARRAY\[(.*?)\] END", record_batch) == [added, added]
+    histograms = "response_ms = dispatcher_add_histograms(r.response_ms, excluded.response_ms)"
+    assert record_batch.count(f"SET {totals}, {histograms}") == 2
+    functions = _words((Path(stats.__file__).parent / "functions.sql").read_text())
+    assert re.findall(r"dispatcher_add_histograms\(.*?ELSE ARRAY\[(.*?)\] END", functions) == [
+        added
+    ]
 
     endpoint_health = _words(stats.SQL.endpoint_health.sql)
     assert endpoint_health.count(f"SELECT {columns}, response_ms FROM ") == 3
@@ -260,3 +263,22 @@ def test_the_stats_statements_spell_out_the_domains_outcomes_and_buckets() -> No
 
     per_minute = ", ".join(f"sum({outcome}) AS {outcome}" for outcome in OUTCOMES)
     assert f"SELECT minute, {per_minute} FROM " in _words(stats.SQL.attempts_per_minute.sql)
+
+
+async def test_the_histogram_sum_is_inlined_into_the_record(db: Database) -> None:
+    """dispatcher_add_histograms is a plain SQL expression the planner puts in the upsert
+    itself: the record path pays no function call per row (as it did not when the buckets
+    were spelled out in the statement)."""
+    now = datetime.now(UTC)
+    bound = stats.SQL.record_batch(
+        spans=["minute", "hour"], webhook_ids=["WH1", "WH1"], starts_at=[now, now],
+        success=[1, 1], http_error=[0, 0], timeout=[0, 0], connection_error=[0, 0],
+        blocked=[0, 0], delivered=[1, 1], failed=[0, 0], last_success_at=[now, now],
+        last_failure_at=[None, None], histograms=[None, None], engine="e1",
+    )  # fmt: skip
+    async with db.acquire() as conn:
+        plan = "\n".join(
+            r[0] for r in await conn.fetch("EXPLAIN VERBOSE " + bound.sql, *bound.args)
+        )
+    assert "Conflict Resolution: UPDATE" in plan
+    assert "dispatcher_add_histograms" not in plan
