@@ -11,13 +11,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from dispatcher.store.database import Database
-from dispatcher.store.pages import Filters, Page, Position, fetch_page
+from dispatcher.store.pages import Page, Position, fetch_page, paging, window
 from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import AttemptRow
 
 
 class SQL(Queries, file="attempts.sql"):
-    attempts_page: Statement
+    delivery_attempts_page: Statement
+    webhook_attempts_page: Statement
 
 
 async def list_for_delivery(
@@ -30,13 +31,13 @@ async def list_for_delivery(
     after: Position | None,
 ) -> Page[AttemptRow]:
     """One delivery's attempts, newest first (its partition only: `delivery_created_at`)."""
-    filters = (
-        Filters()
-        .add("delivery_created_at = {}", delivery_created_at)
-        .add("delivery_id = {}", delivery_id)
-        .add("webhook_id = {}", webhook_id)
+    page = SQL.delivery_attempts_page(
+        delivery_created_at=delivery_created_at,
+        delivery_id=delivery_id,
+        webhook_id=webhook_id,
+        **paging(after, limit),
     )
-    return await fetch_page(db, SQL.attempts_page, AttemptRow, filters, limit, after)
+    return await fetch_page(db, page, AttemptRow, limit)
 
 
 async def list_for_webhook(
@@ -51,10 +52,7 @@ async def list_for_webhook(
 ) -> Page[AttemptRow]:
     """Every attempt to an endpoint, newest first; `since` inclusive, `until` exclusive, on
     when the attempt started."""
-    filters = (
-        Filters()
-        .add("webhook_id = {}", webhook_id)
-        .equal(outcome=outcome)
-        .window("created_at", since, until)
+    page = SQL.webhook_attempts_page(
+        webhook_id=webhook_id, outcome=outcome, **window(since, until), **paging(after, limit)
     )
-    return await fetch_page(db, SQL.attempts_page, AttemptRow, filters, limit, after)
+    return await fetch_page(db, page, AttemptRow, limit)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dispatcher.domain.enums import ConversationStatus
 from dispatcher.store.database import Database
-from dispatcher.store.pages import Filters, Page, Position, fetch_page
+from dispatcher.store.pages import Page, Position, fetch_page, paging
 from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import ConversationRow, fetch_row
 
@@ -46,7 +46,7 @@ async def list_page(
     limit: int,
     after: Position | None,
 ) -> Page[ConversationRow]:
-    filters = (
-        Filters().add("workspace_id = {}", workspace_id).equal(status=status, number_id=number_id)
+    page = SQL.conversations_page(
+        workspace_id=workspace_id, status=status, number_id=number_id, **paging(after, limit)
     )
-    return await fetch_page(db, SQL.conversations_page, ConversationRow, filters, limit, after)
+    return await fetch_page(db, page, ConversationRow, limit)

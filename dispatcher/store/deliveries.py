@@ -18,7 +18,7 @@ from dispatcher.errors import Conflict, NotFound
 from dispatcher.store import events, expunge, webhooks
 from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
-from dispatcher.store.pages import Filters, Page, Position, fetch_page
+from dispatcher.store.pages import Page, Position, fetch_page, paging, window
 from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import DeliveryRow, WebhookRow, as_row, fetch_row
 
@@ -71,14 +71,16 @@ async def list_page(
 ) -> Page[DeliveryRow]:
     """A webhook's deliveries, newest first; `since` inclusive, `until` exclusive, on when
     they were created (their event's time)."""
-    filters = (
-        Filters(alias="d")
-        .add("d.workspace_id = {}", workspace_id)
-        .add("d.webhook_id = {}", webhook_id)
-        .equal(status=status, event_type=event, event_id=event_id)
-        .window("created_at", since, until)
+    page = SQL.deliveries_page(
+        workspace_id=workspace_id,
+        webhook_id=webhook_id,
+        status=status,
+        event_type=event,
+        event_id=event_id,
+        **window(since, until),
+        **paging(after, limit),
     )
-    return await fetch_page(db, SQL.deliveries_page, DeliveryRow, filters, limit, after)
+    return await fetch_page(db, page, DeliveryRow, limit)
 
 
 async def create_test(
@@ -249,12 +251,13 @@ async def list_for_event(
     after: Position | None,
 ) -> Page[DeliveryRow]:
     """A page of an event's deliveries, newest first."""
-    # The statement's own parameters come first; the pager's conditions follow.
     page = SQL.event_deliveries_page(
-        event_id=event_id, created_at=event_created_at, workspace_id=workspace_id
+        event_id=event_id,
+        created_at=event_created_at,
+        workspace_id=workspace_id,
+        **paging(after, limit),
     )
-    filters = Filters(args=list(page.args), alias="d")
-    return await fetch_page(db, page.sql, DeliveryRow, filters, limit, after)
+    return await fetch_page(db, page, DeliveryRow, limit)
 
 
 async def count_for_event(

@@ -21,7 +21,7 @@ from dispatcher.errors import DatabaseUnavailable, OutcomeUnknown
 from dispatcher.store.database import Connection, Database
 from dispatcher.store.idempotency import IDEMPOTENCY_WINDOW, check_replay
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
-from dispatcher.store.pages import Filters, Page, Position, fetch_page
+from dispatcher.store.pages import Page, Position, fetch_page, paging, window
 from dispatcher.store.publish_batcher import PublishBatcher
 from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import EventRow, fetch_row
@@ -369,14 +369,13 @@ async def list_page(
 ) -> Page[EventRow]:
     """The workspace's events, newest first, test events left out; `since` inclusive,
     `until` exclusive, on when they were created."""
-    filters = (
-        Filters()
-        .add("workspace_id = {}", workspace_id)
-        .add("type <> 'webhook.test'")
-        .equal(type=event_type)
-        .window("created_at", since, until)
+    page = SQL.events_page(
+        workspace_id=workspace_id,
+        event_type=event_type,
+        **window(since, until),
+        **paging(after, limit),
     )
-    return await fetch_page(db, SQL.events_page, EventRow, filters, limit, after)
+    return await fetch_page(db, page, EventRow, limit)
 
 
 async def get(db: Database, workspace_id: str, event_id: str) -> EventRow | None:

@@ -18,7 +18,7 @@ from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.events import NewEvent, append_event, append_events
 from dispatcher.store.idempotency import IDEMPOTENCY_WINDOW, check_replay
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
-from dispatcher.store.pages import Filters, Page, Position, fetch_page
+from dispatcher.store.pages import Page, Position, fetch_page, paging
 from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import CallRow, MessageRow, as_row, as_rows, fetch_row
 
@@ -256,14 +256,14 @@ async def list_page(
     limit: int,
     after: Position | None,
 ) -> Page[MessageRow]:
-    filters = Filters().add("workspace_id = {}", workspace_id).equal(number_id=number_id)
-    if contact is not None:
-        # The contact is the other end: `to` for outgoing, `from` for incoming.
-        filters.add(
-            "CASE WHEN direction = 'outgoing' THEN to_number ELSE from_number END = {}", contact
-        )
-    filters.equal(direction=direction)
-    return await fetch_page(db, SQL.messages_page, MessageRow, filters, limit, after)
+    page = SQL.messages_page(
+        workspace_id=workspace_id,
+        number_id=number_id,
+        contact=contact,
+        direction=direction,
+        **paging(after, limit),
+    )
+    return await fetch_page(db, page, MessageRow, limit)
 
 
 async def claim_carrier_due(conn: Connection, now: datetime, limit: int) -> list[MessageRow]:

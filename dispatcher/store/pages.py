@@ -13,13 +13,13 @@ saying how to narrow it (docs/api.md, "Bounds").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Generic
 
 from dispatcher.errors import Overloaded
 from dispatcher.store.database import Connection, Database
-from dispatcher.store.queries import Statement
+from dispatcher.store.queries import Bound
 from dispatcher.store.rows import RowT, as_rows
 
 Position = tuple[datetime, str]
@@ -34,68 +34,39 @@ class Page(Generic[RowT]):
     last: Position | None  # position of the last row when more rows follow, else None
 
 
-@dataclass
-class Filters:
-    """WHERE conditions with `{}` standing for the next positional parameter. `alias`: the
-    listed table's alias in the page's statement, when it has one (its columns are named
-    through it)."""
+# The ends of time as asyncpg sends them (-infinity, infinity): a page statement's window and
+# position are always conditions on its index, open ends included, so that one plan (a generic
+# one too, as Postgres makes for a statement prepared and run often) walks the index from the
+# position, whatever the values.
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+LATEST = datetime.max.replace(tzinfo=UTC)
 
-    conditions: list[str] = field(default_factory=list)
-    args: list[Any] = field(default_factory=list)  # bound as they are, whatever their type
-    alias: str = ""
 
-    def add(self, condition: str, *values: Any) -> Filters:
-        numbers = [f"${len(self.args) + i + 1}" for i in range(len(values))]
-        self.conditions.append(condition.format(*numbers))
-        self.args.extend(values)
-        return self
+def window(since: datetime | None, until: datetime | None) -> dict[str, datetime]:
+    """A list's `since` (inclusive) and `until` (exclusive), as a page statement's @since and
+    @until: an open end is the end of time."""
+    return {"since": since or EARLIEST, "until": until or LATEST}
 
-    def column(self, name: str) -> str:
-        """`name` as the statement reads it (through the alias, when there is one)."""
-        return f"{self.alias}.{name}" if self.alias else name
 
-    def equal(self, **columns: Any) -> Filters:
-        """`column = value` for each column given a value, in the order given. None is a
-        filter the caller left out (any value matches): a list's optional filters."""
-        for name, value in columns.items():
-            if value is not None:
-                self.add(f"{self.column(name)} = {{}}", value)
-        return self
-
-    def window(self, name: str, since: datetime | None, until: datetime | None) -> Filters:
-        """Column `name` from `since`, inclusive, until `until`, exclusive (None: open on that
-        side), as every list's `since` and `until` read."""
-        if since is not None:
-            self.add(f"{self.column(name)} >= {{}}", since)
-        if until is not None:
-            self.add(f"{self.column(name)} < {{}}", until)
-        return self
+def paging(after: Position | None, limit: int) -> dict[str, Any]:
+    """A page statement's @after_at, @after_id (the position of the last row seen; the start
+    when none) and @limit (one row more than the page holds: whether more follow)."""
+    after_at, after_id = after if after is not None else (LATEST, "")
+    return {"after_at": after_at, "after_id": after_id, "limit": int(limit) + 1}
 
 
 async def fetch_page(
-    db: Database | Connection,
-    select: Statement | str,
-    row_type: type[RowT],
-    filters: Filters,
-    limit: int,
-    after: Position | None,
+    db: Database | Connection, page: Bound, row_type: type[RowT], limit: int
 ) -> Page[RowT]:
-    """One page of `select`'s rows as `row_type`s (its columns must include `created_at` and
-    `id`, the page position), read on a connection of its own or, given one, on the caller's
-    (a list that reads something else first). A page statement (`-- name: ..._page`) has no
-    parameters of its own but those its caller put first in `filters.args`, in its order."""
+    """One page of a page statement's rows (`-- name: ..._page`, bound with `paging`'s values
+    for `limit`) as `row_type`s (its columns include `created_at` and `id`, the position), read
+    on a connection of its own or, given one, on the caller's (a list that reads something else
+    first)."""
     if isinstance(db, Database):
         async with db.acquire() as conn:
-            return await fetch_page(conn, select, row_type, filters, limit, after)
-    created_at, row_id = filters.column("created_at"), filters.column("id")
-    if after is not None:
-        filters.add(f"({created_at}, {row_id}) < ({{}}, {{}})", after[0], after[1])
-    where = " AND ".join(filters.conditions) or "TRUE"
-    if isinstance(select, Statement):
-        select = select.sql
-    sql = f"{select} WHERE {where} ORDER BY {created_at} DESC, {row_id} DESC LIMIT {int(limit) + 1}"
+            return await fetch_page(conn, page, row_type, limit)
     try:
-        records = await db.fetch(sql, *filters.args, timeout=PAGE_TIMEOUT)
+        records = await db.fetch(*page, timeout=PAGE_TIMEOUT)
     except TimeoutError:
         # asyncpg has cancelled the statement (a cancel request to the server); the
         # connection stays usable. Caught here, before the pool's handler, which would take a

@@ -23,7 +23,7 @@ from dispatcher.errors import NotFound
 from dispatcher.store.database import Connection, Database
 from dispatcher.store.notifications import DELIVERIES_CHANNEL
 from dispatcher.store.operational import publish as publish_operational
-from dispatcher.store.pages import Filters, Page, Position, fetch_page
+from dispatcher.store.pages import Page, Position, fetch_page, paging
 from dispatcher.store.queries import Queries, Statement, load, translate
 from dispatcher.store.rows import LockedWebhookRow, WebhookRow, as_row, fetch_row
 
@@ -196,8 +196,8 @@ async def require_readable(db: Database, workspace_id: str, webhook_id: str) -> 
 async def list_page(
     db: Database, workspace_id: str, *, limit: int, after: Position | None
 ) -> Page[WebhookRow]:
-    filters = Filters().add("workspace_id = {}", workspace_id).add("deleted_at IS NULL")
-    return await fetch_page(db, WEBHOOKS_PAGE, WebhookRow, filters, limit, after)
+    page = WEBHOOKS_PAGE(workspace_id=workspace_id, **paging(after, limit))
+    return await fetch_page(db, page, WebhookRow, limit)
 
 
 async def give_up_pending(conn: Connection, webhook_ids: Sequence[str], reason: str) -> int:

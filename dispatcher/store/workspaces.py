@@ -23,7 +23,7 @@ from dispatcher.errors import Conflict, NotFound
 from dispatcher.store import webhooks
 from dispatcher.store.database import Connection, Database, fetch_one
 from dispatcher.store.key_cache import ApiKey, KeyCache
-from dispatcher.store.pages import Filters, Page, Position, fetch_page
+from dispatcher.store.pages import Page, Position, fetch_page, paging
 from dispatcher.store.queries import Queries, Statement
 from dispatcher.store.rows import ApiKeyRow, PhoneNumberRow, WorkspaceRow, as_row, fetch_row
 
@@ -79,9 +79,8 @@ async def get_workspace(db: Database, workspace_id: str) -> WorkspaceRow | None:
 async def list_workspaces(
     db: Database, *, limit: int, after: Position | None
 ) -> Page[WorkspaceRow]:
-    # The operator sink's internal workspace is nobody's to see.
-    filters = Filters().add("NOT operator")
-    return await fetch_page(db, SQL.workspaces_page, WorkspaceRow, filters, limit, after)
+    page = SQL.workspaces_page(**paging(after, limit))
+    return await fetch_page(db, page, WorkspaceRow, limit)
 
 
 async def _require_workspace(conn: Connection, workspace_id: str) -> None:
@@ -118,8 +117,8 @@ async def list_numbers(
     """A page of the workspace's numbers; NotFound when there is no such workspace."""
     async with db.acquire() as conn:
         await _require_workspace(conn, workspace_id)
-        filters = Filters().add("workspace_id = {}", workspace_id)
-        return await fetch_page(conn, SQL.numbers_page, PhoneNumberRow, filters, limit, after)
+        page = SQL.numbers_page(workspace_id=workspace_id, **paging(after, limit))
+        return await fetch_page(conn, page, PhoneNumberRow, limit)
 
 
 async def insert_key(
@@ -157,8 +156,8 @@ async def list_keys(
     hash); NotFound when there is no such workspace."""
     async with db.acquire() as conn:
         await _require_workspace(conn, workspace_id)
-        filters = Filters().add("workspace_id = {}", workspace_id)
-        return await fetch_page(conn, SQL.keys_page, ApiKeyRow, filters, limit, after)
+        page = SQL.keys_page(workspace_id=workspace_id, **paging(after, limit))
+        return await fetch_page(conn, page, ApiKeyRow, limit)
 
 
 async def revoke_key(

@@ -14,6 +14,14 @@ WHERE workspace_id = @workspace_id AND id = @conversation_id
 RETURNING id, workspace_id, number_id, contact, status, created_at, last_item_at, last_item_kind
 
 -- name: conversations_page
--- A page of conversations (store/pages.py adds the conditions, the order and the limit).
+-- Workspace @workspace_id's conversations, with status @status and on number @number_id (NULL:
+-- any). Paged newest first after (@after_at, @after_id) (store/pages.py: the start when none),
+-- @limit rows.
 SELECT id, workspace_id, number_id, contact, status, created_at, last_item_at, last_item_kind
 FROM conversations
+WHERE workspace_id = @workspace_id
+  AND (@status::text IS NULL OR status = @status)
+  AND (@number_id::text IS NULL OR number_id = @number_id)
+  AND (created_at, id) < (@after_at, @after_id)
+ORDER BY created_at DESC, id DESC
+LIMIT @limit

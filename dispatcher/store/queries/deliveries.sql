@@ -3,12 +3,22 @@
 -- their rows in the engine's queue; the engine's own statements are in queries/queue.sql.
 
 -- name: deliveries_page
--- A page of deliveries with their events' payloads (store/pages.py adds the conditions, the
--- order and the limit; columns are prefixed `d.`).
+-- Webhook @webhook_id's deliveries (of workspace @workspace_id) with their events' payloads: with
+-- status @status, of event type @event_type, of event @event_id (each NULL: any), created from
+-- @since until @until (store/pages.py: open ends as -infinity, infinity). Paged newest first after
+-- (@after_at, @after_id) (store/pages.py: the start when none), @limit rows.
 SELECT d.id, d.webhook_id, d.attempts, d.created_at, d.delivered_at, d.event_type,
        d.last_error, d.next_attempt_at, d.response_ms, d.response_status, d.status,
        e.payload, e.expunged_at IS NOT NULL AS expunged
 FROM deliveries d JOIN events e ON e.id = d.event_id AND e.created_at = d.created_at
+WHERE d.workspace_id = @workspace_id AND d.webhook_id = @webhook_id
+  AND (@status::text IS NULL OR d.status = @status)
+  AND (@event_type::text IS NULL OR d.event_type = @event_type)
+  AND (@event_id::text IS NULL OR d.event_id = @event_id)
+  AND d.created_at >= @since AND d.created_at < @until
+  AND (d.created_at, d.id) < (@after_at, @after_id)
+ORDER BY d.created_at DESC, d.id DESC
+LIMIT @limit
 
 -- name: delivery
 -- One delivery of workspace @workspace_id's webhook @webhook_id, by id (@delivery_id), with its
@@ -137,10 +147,10 @@ FROM (
 ) m
 
 -- name: event_deliveries_page
--- A page of the deliveries of event @event_id (created at @created_at: one partition) in
--- workspace @workspace_id, deleted
--- webhooks' included: one probe of the (webhook, event, created_at) key per webhook of the
--- workspace (store/pages.py adds the conditions, the order and the limit; columns as `d.`).
+-- A page of the deliveries of event @event_id (created at @created_at: one partition) in workspace
+-- @workspace_id, deleted webhooks' included: one probe of the (webhook, event, created_at) key per
+-- webhook of the workspace. Paged newest first after (@after_at, @after_id) (store/pages.py: the
+-- start when none), @limit rows.
 SELECT d.* FROM (
     SELECT x.id, x.webhook_id, x.attempts, x.created_at, x.delivered_at, x.event_type,
            x.last_error, x.next_attempt_at, x.response_ms, x.response_status, x.status,
@@ -153,6 +163,9 @@ SELECT d.* FROM (
     JOIN events e ON e.id = x.event_id AND e.created_at = x.created_at
     WHERE w.workspace_id = @workspace_id
 ) d
+WHERE (d.created_at, d.id) < (@after_at, @after_id)
+ORDER BY d.created_at DESC, d.id DESC
+LIMIT @limit
 
 -- name: event_delivery_count
 -- How many deliveries event @event_id (created at @event_created_at) has in workspace

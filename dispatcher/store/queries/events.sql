@@ -55,10 +55,17 @@ WHERE workspace_id = @workspace_id AND idempotency_key = ANY (@keys::text[]) AND
 ORDER BY idempotency_key, created_at DESC
 
 -- name: events_page
--- A page of a workspace's events (store/pages.py adds the conditions, test events left out,
--- the order and the limit).
-SELECT id, type, payload, created_at, expunged_at IS NOT NULL AS expunged,
-       ordering_key FROM events
+-- Workspace @workspace_id's events of type @event_type (NULL: any), test events left out, created
+-- from @since until @until (store/pages.py: open ends as -infinity, infinity). Paged newest first
+-- after (@after_at, @after_id) (store/pages.py: the start when none), @limit rows.
+SELECT id, type, payload, created_at, expunged_at IS NOT NULL AS expunged, ordering_key
+FROM events
+WHERE workspace_id = @workspace_id AND type <> 'webhook.test'
+  AND (@event_type::text IS NULL OR type = @event_type)
+  AND created_at >= @since AND created_at < @until
+  AND (created_at, id) < (@after_at, @after_id)
+ORDER BY created_at DESC, id DESC
+LIMIT @limit
 
 -- name: event
 -- Event @event_id of workspace @workspace_id; a test event is not part of the workspace's stream.

@@ -97,10 +97,20 @@ FROM messages
 WHERE workspace_id = @workspace_id AND id = @message_id
 
 -- name: messages_page
--- A page of messages (store/pages.py adds the conditions, the order and the limit).
+-- Workspace @workspace_id's messages on number @number_id, with contact @contact (the other end:
+-- `to` for outgoing, `from` for incoming), in direction @direction (each NULL: any). Paged newest
+-- first after (@after_at, @after_id) (store/pages.py: the start when none), @limit rows.
 SELECT id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
        media, status, created_at, expunged_at IS NOT NULL AS expunged
 FROM messages
+WHERE workspace_id = @workspace_id
+  AND (@number_id::text IS NULL OR number_id = @number_id)
+  AND (@contact::text IS NULL
+       OR CASE WHEN direction = 'outgoing' THEN to_number ELSE from_number END = @contact)
+  AND (@direction::text IS NULL OR direction = @direction)
+  AND (created_at, id) < (@after_at, @after_id)
+ORDER BY created_at DESC, id DESC
+LIMIT @limit
 
 -- name: claim_carrier_due
 -- Up to @limit outgoing messages the carrier should move along at @now, locked (others skip them).

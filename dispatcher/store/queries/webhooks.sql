@@ -35,10 +35,14 @@ SELECT EXISTS (
 )
 
 -- name: webhooks_page
--- A page of webhooks, as `webhook` answers each (store/pages.py adds the conditions, the order
--- and the limit).
+-- Workspace @workspace_id's webhooks (deleted ones left out), as `webhook` answers each. Paged
+-- newest first after (@after_at, @after_id) (store/pages.py: the start when none), @limit rows.
 SELECT id, workspace_id, created_at, disabled_at, disabled_reason, {answered_options}
 FROM webhooks
+WHERE workspace_id = @workspace_id AND deleted_at IS NULL
+  AND (created_at, id) < (@after_at, @after_id)
+ORDER BY created_at DESC, id DESC
+LIMIT @limit
 
 -- name: give_up_pending
 -- Settle as failed, with @error, the pending deliveries of @webhook_ids that are not in

@@ -11,8 +11,13 @@ RETURNING id, name, created_at
 SELECT id, name, created_at FROM workspaces WHERE id = @workspace_id AND NOT operator
 
 -- name: workspaces_page
--- A page of workspaces (store/pages.py adds the conditions, the order and the limit).
+-- The workspaces (the operator sink's internal one left out: nobody's to see). Paged newest first
+-- after (@after_at, @after_id) (store/pages.py: the start when none), @limit rows.
 SELECT id, name, created_at FROM workspaces
+WHERE NOT operator
+  AND (created_at, id) < (@after_at, @after_id)
+ORDER BY created_at DESC, id DESC
+LIMIT @limit
 
 -- name: demo_workspace
 -- The demo workspace (made on the first start against an empty database), if there is one.
@@ -27,8 +32,13 @@ SELECT @id, id, @number FROM workspaces WHERE id = @workspace_id AND NOT operato
 RETURNING id, number, workspace_id, created_at
 
 -- name: numbers_page
--- A page of phone numbers (store/pages.py adds the conditions, the order and the limit).
+-- Workspace @workspace_id's phone numbers. Paged newest first after (@after_at, @after_id)
+-- (store/pages.py: the start when none), @limit rows.
 SELECT id, number, workspace_id, created_at FROM phone_numbers
+WHERE workspace_id = @workspace_id
+  AND (created_at, id) < (@after_at, @after_id)
+ORDER BY created_at DESC, id DESC
+LIMIT @limit
 
 -- name: insert_key
 -- API key @id of workspace @workspace_id: the SHA-256 of the key (@digest), its scopes (@scopes)
@@ -39,9 +49,13 @@ SELECT @id, id, @digest, @scopes, @name FROM workspaces WHERE id = @workspace_id
 RETURNING id, workspace_id, scopes, name, created_at, revoked_at
 
 -- name: keys_page
--- A page of API keys, without their hashes (store/pages.py adds the conditions, the order and
--- the limit).
+-- Workspace @workspace_id's API keys, revoked ones included, without their hashes. Paged newest
+-- first after (@after_at, @after_id) (store/pages.py: the start when none), @limit rows.
 SELECT id, workspace_id, scopes, name, created_at, revoked_at FROM api_keys
+WHERE workspace_id = @workspace_id
+  AND (created_at, id) < (@after_at, @after_id)
+ORDER BY created_at DESC, id DESC
+LIMIT @limit
 
 -- name: revoke_key
 -- Revoke key @key_id (now, unless revoked already), when it is workspace @workspace_id's and
