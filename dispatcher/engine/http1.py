@@ -50,7 +50,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol, cast
 
 import aiohappyeyeballs
@@ -156,6 +156,7 @@ class _Route(NamedTuple):
     port: int
     tls: bool
     head: bytes  # request line, Host and the client's fixed headers
+    proxied: bool  # through the egress proxy
 
 
 class Http1Client:
@@ -172,10 +173,12 @@ class Http1Client:
         ssl_context: ssl.SSLContext | None = None,
         excerpt_bytes: int = 0,
         proxy: EgressProxy | None = None,
+        direct_urls: Collection[str] = (),
     ) -> None:
         """`headers` go into every request; each Response keeps the first `excerpt_bytes`
         bytes of its body. `proxy`: every connection through it (see the module's
-        docstring)."""
+        docstring) but to `direct_urls` (exactly these strings: `serve`'s own demo
+        receiver, which a proxy elsewhere could not reach)."""
         self.timeout = timeout
         self.allowed = tuple(allowed)
         self.limit = max(1, max_connections)
@@ -184,6 +187,7 @@ class Http1Client:
         self._resolver = resolver
         self._ssl = ssl_context
         self.proxy = proxy
+        self._direct = frozenset(direct_urls)
         self._proxy_auth = b""
         if proxy is not None and proxy.authorization is not None:
             self._proxy_auth = header_lines([("Proxy-Authorization", proxy.authorization)])
@@ -258,11 +262,14 @@ class Http1Client:
             (parsed.host_port_subcomponent or host).encode("ascii"),
             self._fixed,
         )
-        if self.proxy is not None and target.scheme == "http":
+        proxied = self.proxy is not None and url not in self._direct
+        if proxied and target.scheme == "http":
             head += self._proxy_auth  # absolute-form: each request is the proxy's to read
-        key = (target.scheme, host, target.port)
+        # (A direct connection beside proxied ones is pooled apart from them.)
+        scheme = target.scheme if proxied or self.proxy is None else f"direct+{target.scheme}"
+        key = (scheme, host, target.port)
         route = _Route(
-            key, host, target.ip is not None, target.port, target.scheme == "https", head
+            key, host, target.ip is not None, target.port, target.scheme == "https", head, proxied
         )
         if len(self._routes) >= _MAX_CACHED:
             self._routes.clear()
@@ -378,7 +385,7 @@ class Http1Client:
                 addresses = [route.host]
             else:
                 addresses = await self._resolve(route.host, route.port)
-            if self.proxy is None:
+            if self.proxy is None or not route.proxied:
                 conn = await self._connect(route, addresses)
             else:
                 conn = await self._through_proxy(route, self.proxy, addresses)

@@ -163,6 +163,7 @@ class Sender:
             resolver=self.inner_resolver,
             excerpt_bytes=self.excerpt_bytes,
             proxy=self.proxy,
+            direct_urls=self.exempt_urls,
         )
 
     async def close(self) -> None:

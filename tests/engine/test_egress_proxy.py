@@ -285,6 +285,24 @@ async def test_a_name_the_guard_refuses_is_never_asked_of_the_proxy(tmp_path: Pa
         assert "Request" not in proxy.logged() and "CONNECT" not in proxy.logged()
 
 
+async def test_the_demo_receiver_is_reached_directly_everything_else_through_the_proxy(
+    receiver: Receiver,
+) -> None:
+    demo = receiver.url("/demo/receiver")  # the exact URL `serve` exempts (its own address)
+    nothing = proxy_setting(f"http://127.0.0.1:{free_port()}")
+    sender = Sender(timeout=2, allowed=LOOPBACK, max_connections=4, exempt_urls=[demo],
+                    proxy=nothing)  # fmt: skip
+    await sender.start()
+    try:
+        direct = await sender.send(demo, "WD1", [], b"{}")
+        proxied = await sender.send(receiver.url("/other"), "WD2", [], b"{}")
+    finally:
+        await sender.close()
+    assert (direct.kind, direct.status) == ("success", 200)
+    assert proxied.error == "egress proxy: connection refused"
+    assert [r.path for r in receiver.requests] == ["/demo/receiver"]
+
+
 # -- the proxy's own failures -------------------------------------------------------------------
 
 
