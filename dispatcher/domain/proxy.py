@@ -50,6 +50,17 @@ class EgressProxy:
     authorization: str | None = field(default=None, repr=False)
 
     @property
+    def secrets(self) -> list[str]:
+        """What an answer's excerpt must never show (domain/redaction.py): the header's
+        value, its base64 and the password, should a proxy pass them on and a receiver
+        echo them."""
+        if self.authorization is None:
+            return []
+        token = self.authorization.removeprefix("Basic ")
+        password = base64.b64decode(token).decode().partition(":")[2]
+        return [self.authorization, token, password]
+
+    @property
     def url(self) -> str:
         """The proxy's URL as it may be logged: the password, if any, masked."""
         host = f"[{self.host}]" if ":" in self.host else self.host

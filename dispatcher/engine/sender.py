@@ -149,6 +149,7 @@ class Sender:
         self.wall_clock = wall_clock
         self.inner_resolver = resolver
         self.proxy = proxy
+        self._proxy_secrets = proxy.secrets if proxy is not None else []
         self._client: Http1Client | None = None
         self._keys: dict[str, bytes] = {}
         self._extra: dict[tuple[tuple[str, str], ...], bytes] = {}
@@ -276,7 +277,11 @@ class Sender:
             if keep and excerpt is not None:
                 text = excerpt.decode("utf-8", "replace")
                 if text:
-                    hidden = [*signing_values(signature, secrets), *secret_values]
+                    hidden = [
+                        *signing_values(signature, secrets),
+                        *secret_values,
+                        *self._proxy_secrets,
+                    ]
                     text = redact(text, hidden, cut_off=len(excerpt) >= self.excerpt_bytes)
             return Outcome(kind, status, elapsed, error, retry_after, text)
 

@@ -285,6 +285,17 @@ async def test_a_name_the_guard_refuses_is_never_asked_of_the_proxy(tmp_path: Pa
         assert "Request" not in proxy.logged() and "CONNECT" not in proxy.logged()
 
 
+async def test_an_echo_of_the_proxys_credentials_is_redacted(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    token = base64.b64encode(f"dispatcher:{PASSWORD}".encode()).decode()
+    receiver.behaviours["/echo"] = answer(200, body=f"saw {PASSWORD} and {token}".encode())
+    async with tinyproxy(tmp_path, basic_auth=True) as proxy:
+        url = proxy.url.replace("http://", f"http://dispatcher:{PASSWORD}@")
+        outcome = await send_through(url, receiver.url("/echo"), excerpt_bytes=1024)
+    assert outcome.response_body == "saw [redacted] and [redacted]"
+
+
 async def test_the_demo_receiver_is_reached_directly_everything_else_through_the_proxy(
     receiver: Receiver,
 ) -> None:
