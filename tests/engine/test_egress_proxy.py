@@ -184,13 +184,13 @@ async def test_credentials_reach_the_proxy_only_and_no_log(
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for the name `receiver.test` (key, cert)."""
+    """A self-signed certificate for the name `receiver.test` and 127.0.0.1 (key, cert)."""
     folder = tmp_path_factory.mktemp("tls")
     key, cert = folder / "key.pem", folder / "cert.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
          "-nodes", "-days", "1", "-subj", "/CN=receiver.test",
-         "-addext", "subjectAltName=DNS:receiver.test",
+         "-addext", "subjectAltName=DNS:receiver.test,IP:127.0.0.1",
          "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
@@ -270,6 +270,35 @@ async def test_https_goes_through_a_connect_tunnel_to_the_checked_address(
     assert tls.server_names == ["receiver.test"]  # the name is the TLS server name
     assert len(tls.heads) == 3
     assert all(f"Host: receiver.test:{port}".encode() in head for head in tls.heads)
+
+
+async def test_the_engine_delivers_https_through_the_tunnel(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    make_engine: EngineFactory,
+    certificate: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[1]))  # the engine's trust: this cert
+    tls = TlsReceiver(certificate)
+    server = await asyncio.start_server(tls.serve, "127.0.0.1", 0, ssl=tls.context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        hook = await subscribe(client, ws, f"https://127.0.0.1:{port}/hook")
+        await publish(client, ws)
+        async with tinyproxy(tmp_path, [port]) as proxy:
+            await make_engine(egress_proxy=proxy_setting(proxy.url))
+            delivery = await attempted(client, ws, hook["id"])
+            logged = proxy.logged()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert (delivery["status"], delivery["responseStatus"]) == ("delivered", 200)
+    assert f"CONNECT 127.0.0.1:{port}" in logged
+    (head,) = tls.heads
+    assert f"webhook-id: {delivery['id']}".encode() in head
+    assert b"Proxy-Authorization" not in head
 
 
 async def test_a_name_the_guard_refuses_is_never_asked_of_the_proxy(tmp_path: Path) -> None:
