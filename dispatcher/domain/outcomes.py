@@ -5,7 +5,8 @@ For the delivery, a decision has exactly one of three forms: `Delivered`, `Retry
 or `GivenUp` with why. For the endpoint, each decision either resets the failure clock (a
 success) or starts it (any failure, unless already running), and a give-up may disable it:
 at once when the receiver answered 410 (`gone`), or as `failing` when the clock says it has
-had no success for `DISPATCHER_DISABLE_AFTER`.
+had no success for `DISPATCHER_DISABLE_AFTER`. A failure that is not the endpoint's (the
+egress proxy's: `charged=False`) follows the schedule but does neither.
 
 Everything here is pure (time comes in as `now`, randomness as `rand`), so the rules are
 unit-tested as tables, without a database. The engine asks `decide` right after an attempt
