@@ -377,16 +377,19 @@ async def test_each_proxy_failure_is_told_apart(receiver: Receiver, tmp_path: Pa
     assert receiver.requests == []
 
     (tmp_path / "filtered").mkdir()
-    # CONNECT only to port 443 (the receiver's is another): its CONNECT is refused.
-    async with tinyproxy(tmp_path / "filtered", [443]) as proxy:
+    # CONNECT only to port 443 and a closed one (the receiver's is another).
+    closed = free_port()
+    async with tinyproxy(tmp_path / "filtered", [443, closed]) as proxy:
         refused_tunnel = await send_through(proxy.url, f"https://127.0.0.1:{receiver.port}/hook")
+        failed_tunnel = await send_through(proxy.url, f"https://127.0.0.1:{closed}/hook")
         # Nothing listens there: tinyproxy answers with an error page of its own.
-        unreachable = await send_through(proxy.url, f"http://127.0.0.1:{free_port()}/hook")
+        unreachable = await send_through(proxy.url, f"http://127.0.0.1:{closed}/hook")
         receiver.behaviours["/busy"] = answer(503)
         relayed = await send_through(proxy.url, receiver.url("/busy"))
     assert refused_tunnel.error == "egress proxy: CONNECT failed: HTTP 403"
+    assert failed_tunnel.error == "egress proxy: CONNECT failed: HTTP 500"
     assert unreachable.error == "egress proxy: HTTP 500"
-    assert refused_tunnel.proxy_failure and unreachable.proxy_failure
+    assert all(o.proxy_failure for o in (refused_tunnel, failed_tunnel, unreachable))
     # The receiver's own 503, relayed (with Via): the receiver's failure, charged as ever.
     assert (relayed.kind, relayed.status, relayed.error) == ("http_error", 503, "HTTP 503")
     assert not relayed.proxy_failure
