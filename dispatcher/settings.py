@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
+from dispatcher.domain.proxy import PROXY_SETTING, EgressProxy, parse_egress_proxy
 from dispatcher.domain.signing import check_secret
 from dispatcher.domain.urls import check_webhook_url
 from dispatcher.errors import ConfigurationError
@@ -90,6 +91,8 @@ class Settings:
     operator_webhook_secret: str | None = None
     # Admin API (docs/admin.md): None turns it off (its routes answer 404). Never in a repr.
     admin_token: str | None = field(default=None, repr=False)
+    # Every attempt through this HTTP proxy (docs/configuration.md, "The egress proxy").
+    egress_proxy: EgressProxy | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -153,6 +156,7 @@ class Settings:
         read("DISPATCHER_OPERATOR_WEBHOOK_URL", "operator_webhook_url", check_webhook_url)
         _read_secret(env, values)
         values["admin_token"] = _admin_token(env.get(ADMIN_TOKEN_VARIABLE))
+        values["egress_proxy"] = _egress_proxy(env.get(PROXY_SETTING))
         return cls(**values)
 
     def with_changes(self, **changes: Any) -> Settings:
@@ -171,6 +175,8 @@ class Settings:
                 value = [str(n) for n in value]
             elif f.name == "admin_token":
                 value = "***" if value else None
+            elif f.name == "egress_proxy" and value is not None:
+                value = value.url
             out[f.name] = value
         return out
 
@@ -268,6 +274,17 @@ def _admin_token(raw: str | None) -> str | None:
             "characters without spaces (e.g. the output of `openssl rand -hex 32`)"
         )
     return raw
+
+
+def _egress_proxy(raw: str | None) -> EgressProxy | None:
+    """DISPATCHER_EGRESS_PROXY, or None when unset; an error names the variable and never
+    repeats the value (it may hold the proxy's password)."""
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return parse_egress_proxy(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{PROXY_SETTING} is not valid: {exc}") from None
 
 
 def _on_off(raw: str) -> bool:

@@ -5,7 +5,8 @@ For the delivery, a decision has exactly one of three forms: `Delivered`, `Retry
 or `GivenUp` with why. For the endpoint, each decision either resets the failure clock (a
 success) or starts it (any failure, unless already running), and a give-up may disable it:
 at once when the receiver answered 410 (`gone`), or as `failing` when the clock says it has
-had no success for `DISPATCHER_DISABLE_AFTER`.
+had no success for `DISPATCHER_DISABLE_AFTER`. A failure that is not the endpoint's (the
+egress proxy's: `charged=False`) follows the schedule but does neither.
 
 Everything here is pure (time comes in as `now`, randomness as `rand`), so the rules are
 unit-tested as tables, without a database. The engine asks `decide` right after an attempt
@@ -60,6 +61,9 @@ class ClockEffect(StrEnum):
 
     RESET = "reset"  # a success: the endpoint is not failing
     START = "start"  # a failure: failing since now, unless it already was
+    # A failure that is not the endpoint's (the egress proxy failed, domain/proxy.py): the
+    # clock is left as it is, and such a give-up disables nothing.
+    NONE = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,28 +79,40 @@ class Delivered:
 
 @dataclass(frozen=True, slots=True)
 class RetryAt:
-    """Failed; due again at `at` (still pending)."""
+    """Failed; due again at `at` (still pending). Not `charged`: the failure was not the
+    endpoint's (the egress proxy's), so its failure clock is left alone."""
 
     at: datetime
+    charged: bool = True
 
     status: ClassVar[DeliveryStatus] = DeliveryStatus.PENDING
-    failure_clock: ClassVar[ClockEffect] = ClockEffect.START
     disables: ClassVar[DisabledReason | None] = None
+
+    @property
+    def failure_clock(self) -> ClockEffect:
+        return ClockEffect.START if self.charged else ClockEffect.NONE
 
 
 @dataclass(frozen=True, slots=True)
 class GivenUp:
-    """Failed for good (`failed`, no next attempt); a manual retry may still send it once."""
+    """Failed for good (`failed`, no next attempt); a manual retry may still send it once.
+    Not `charged` (the last failure was the egress proxy's): the endpoint is not judged."""
 
     why: GiveUpReason
+    charged: bool = True
 
     status: ClassVar[DeliveryStatus] = DeliveryStatus.FAILED
-    failure_clock: ClassVar[ClockEffect] = ClockEffect.START
+
+    @property
+    def failure_clock(self) -> ClockEffect:
+        return ClockEffect.START if self.charged else ClockEffect.NONE
 
     @property
     def disables(self) -> DisabledReason | None:
         """`gone`: disable the endpoint now. `failing`: disable it if its failure clock has
-        run for `disable_after` (see `failing_too_long`)."""
+        run for `disable_after` (see `failing_too_long`). Nothing when not `charged`."""
+        if not self.charged:
+            return None
         if self.why is GiveUpReason.GONE:
             return DisabledReason.GONE
         if self.why is GiveUpReason.EXHAUSTED:
@@ -124,13 +140,16 @@ def decide(
     now: datetime,
     retry_after: str | None = None,
     rand: Callable[[], float] = random.random,
+    charged: bool = True,
 ) -> Decision:
     """The delivery's fate after its `attempts_made`-th attempt (counting this one).
 
     A success is delivered; a 410 gives up at once (whatever the attempt number); any other
     failure (an error status, a timeout, a connection error, a refused address) is retried
     on `policy`'s schedule, later if a 429 or 503 asked so with `Retry-After`, and given up
-    once the schedule has run out.
+    once the schedule has run out. Not `charged` (the egress proxy failed, not the
+    endpoint): the same schedule, but the decision leaves the endpoint's clock alone and
+    disables nothing.
     """
     if outcome == AttemptOutcome.SUCCESS:
         return Delivered(now)
@@ -139,8 +158,8 @@ def decide(
     waited = parse_retry_after(retry_after, now) if status in RETRY_AFTER_STATUSES else None
     delay = policy.delay_after(attempts_made, waited, rand)
     if delay is None:
-        return _EXHAUSTED
-    return RetryAt(now + timedelta(seconds=delay))
+        return _EXHAUSTED if charged else GivenUp(GiveUpReason.EXHAUSTED, charged=False)
+    return RetryAt(now + timedelta(seconds=delay), charged)
 
 
 def last_error(decision: Decision, error: str | None) -> str | None:
@@ -193,6 +212,8 @@ def failure_clocks(attempts: Iterable[AttemptResult]) -> dict[str, ClockChange]:
     from the first of them."""
     changes: dict[str, ClockChange] = {}
     for attempt in sorted(attempts, key=attrgetter("finished_at")):
+        if attempt.decision.failure_clock is ClockEffect.NONE:
+            continue  # not the endpoint's failure (the egress proxy's)
         if attempt.decision.failure_clock is ClockEffect.RESET:
             changes[attempt.webhook_id] = _RESET
             continue

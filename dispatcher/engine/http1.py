@@ -30,6 +30,14 @@ Webhook receivers drop such duplicates by `webhook-id`, which is the same on bot
 
 Failures raise `RequestFailed` with the plain words the sender records (`BlockedAddress` when
 the guard refused every address of a name), or TimeoutError.
+
+With an egress proxy (`proxy`, DISPATCHER_EGRESS_PROXY; the guard's part: domain/proxy.py)
+each connection goes to the proxy: for https a CONNECT tunnel to the receiver's checked
+address, then TLS inside it with the receiver's name as server name; for http absolute-form
+requests (`POST http://address:port/path`). Connections stay pooled per (scheme, host, port)
+of the receiver, so a tunnel only ever carries requests to the target it was opened for.
+What the proxy itself fails at (connecting to it, its 407, a CONNECT it refuses, an error
+answer it made itself) raises `ProxyFailed`, whose words start with `egress proxy:`.
 """
 
 from __future__ import annotations
@@ -42,13 +50,14 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol, cast
 
 import aiohappyeyeballs
 from yarl import URL
 
 from dispatcher.domain.addresses import Network, blocked_reason
+from dispatcher.domain.proxy import PROXY_ERROR, EgressProxy, ProxyTarget, proxy_target
 from dispatcher.domain.urls import parse_webhook_url
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -86,6 +95,10 @@ _FIELD_VALUE = re.compile(rb"[\t\x20-\x7e]*")
 
 class RequestFailed(Exception):
     """The request failed; the message says how, in the words the sender records."""
+
+
+class ProxyFailed(RequestFailed):
+    """The egress proxy failed, not the receiver (the message starts `egress proxy:`)."""
 
 
 class BlockedAddress(OSError):
@@ -143,6 +156,7 @@ class _Route(NamedTuple):
     port: int
     tls: bool
     head: bytes  # request line, Host and the client's fixed headers
+    proxied: bool  # through the egress proxy
 
 
 class Http1Client:
@@ -158,9 +172,13 @@ class Http1Client:
         resolver: Resolver | None = None,
         ssl_context: ssl.SSLContext | None = None,
         excerpt_bytes: int = 0,
+        proxy: EgressProxy | None = None,
+        direct_urls: Collection[str] = (),
     ) -> None:
         """`headers` go into every request; each Response keeps the first `excerpt_bytes`
-        bytes of its body."""
+        bytes of its body. `proxy`: every connection through it (see the module's
+        docstring) but to `direct_urls` (exactly these strings: `serve`'s own demo
+        receiver, which a proxy elsewhere could not reach)."""
         self.timeout = timeout
         self.allowed = tuple(allowed)
         self.limit = max(1, max_connections)
@@ -168,6 +186,11 @@ class Http1Client:
         self._fixed = header_lines((headers or {}).items())
         self._resolver = resolver
         self._ssl = ssl_context
+        self.proxy = proxy
+        self._direct = frozenset(direct_urls)
+        self._proxy_auth = b""
+        if proxy is not None and proxy.authorization is not None:
+            self._proxy_auth = header_lines([("Proxy-Authorization", proxy.authorization)])
         self._routes: dict[str, _Route] = {}
         self._dns: dict[tuple[str, int], tuple[float, list[str]]] = {}
         self._live: set[_Connection] = set()
@@ -239,9 +262,14 @@ class Http1Client:
             (parsed.host_port_subcomponent or host).encode("ascii"),
             self._fixed,
         )
-        key = (target.scheme, host, target.port)
+        proxied = self.proxy is not None and url not in self._direct
+        if proxied and target.scheme == "http":
+            head += self._proxy_auth  # absolute-form: each request is the proxy's to read
+        # (A direct connection beside proxied ones is pooled apart from them.)
+        scheme = target.scheme if proxied or self.proxy is None else f"direct+{target.scheme}"
+        key = (scheme, host, target.port)
         route = _Route(
-            key, host, target.ip is not None, target.port, target.scheme == "https", head
+            key, host, target.ip is not None, target.port, target.scheme == "https", head, proxied
         )
         if len(self._routes) >= _MAX_CACHED:
             self._routes.clear()
@@ -253,6 +281,8 @@ class Http1Client:
         far cheaper than an `asyncio.timeout` per request)."""
         reply = conn.begin()
         timer = asyncio.get_running_loop().call_at(deadline, conn.expire, reply)
+        if conn.authority is not None:  # through the proxy: `POST /…` → `POST http://a:p/…`
+            request = b"POST http://%b%b" % (conn.authority, request[5:])
         try:
             conn.transport.write(request)
             response = await reply
@@ -355,7 +385,10 @@ class Http1Client:
                 addresses = [route.host]
             else:
                 addresses = await self._resolve(route.host, route.port)
-            conn = await self._connect(route, addresses)
+            if self.proxy is None or not route.proxied:
+                conn = await self._connect(route, addresses)
+            else:
+                conn = await self._through_proxy(route, self.proxy, addresses)
         except BaseException:
             self._opening -= 1
             self._wake()
@@ -450,6 +483,92 @@ class Http1Client:
                 raise RequestFailed(failure)
         raise RequestFailed(REFUSED)
 
+    async def _through_proxy(
+        self, route: _Route, proxy: EgressProxy, addresses: list[str]
+    ) -> _Connection:
+        """A connection through the proxy to the first of `addresses` (checked by the guard:
+        the proxy is asked for that address, never for the name; domain/proxy.py)."""
+        # A literal address was judged by the sender already (which may exempt it).
+        target = proxy_target(addresses, route.port, _ANY if route.literal else self.allowed)
+        if not isinstance(target, ProxyTarget):  # (the lookup judged them already)
+            raise BlockedAddress(target.reason) if target.reason else RequestFailed(DNS_FAILED)
+        loop = asyncio.get_running_loop()
+        sock = await self._proxy_socket(proxy)
+        try:
+            if route.tls:
+                await self._tunnel(sock, target.authority.encode("ascii"))
+            context = self._tls() if route.tls else None
+            try:
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(self, route.key),
+                    sock=sock,
+                    ssl=context,
+                    server_hostname=route.host if context is not None else None,
+                )
+            except ssl.SSLCertVerificationError:
+                raise RequestFailed(CERTIFICATE) from None
+            except ssl.SSLError:
+                raise RequestFailed(HANDSHAKE) from None
+            except OSError:
+                raise RequestFailed(CONNECT_FAILED) from None
+        except BaseException:
+            sock.close()
+            raise
+        if not route.tls:
+            conn.authority = target.authority.encode("ascii")
+        return conn
+
+    async def _proxy_socket(self, proxy: EgressProxy) -> socket.socket:
+        """A socket connected to the proxy (its address is the operator's: not judged)."""
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(proxy.host, proxy.port, type=socket.SOCK_STREAM)
+        except OSError:
+            raise ProxyFailed(f"{PROXY_ERROR}: {DNS_FAILED}") from None
+        try:
+            return await aiohappyeyeballs.start_connection(
+                infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY, interleave=1
+            )
+        except OSError as exc:
+            refused = isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED
+            raise ProxyFailed(f"{PROXY_ERROR}: {REFUSED if refused else CONNECT_FAILED}") from None
+        except RuntimeError:  # uvloop's way to say that a connect failed
+            raise ProxyFailed(f"{PROXY_ERROR}: {CONNECT_FAILED}") from None
+
+    async def _tunnel(self, sock: socket.socket, authority: bytes) -> None:
+        """Ask the proxy on `sock` for a tunnel to `authority`; ProxyFailed unless a 2xx."""
+        loop = asyncio.get_running_loop()
+        request = b"CONNECT %b HTTP/1.1\r\nHost: %b\r\n%b\r\n" % (
+            authority,
+            authority,
+            self._proxy_auth,
+        )
+        closed = ProxyFailed(f"{PROXY_ERROR}: CONNECT failed: {CLOSED}")
+        try:
+            await loop.sock_sendall(sock, request)
+            head = b""
+            # Nothing follows the head before we speak: the receiver's TLS waits for our hello.
+            while b"\r\n\r\n" not in head:
+                data = await loop.sock_recv(sock, 4096)
+                if not data:
+                    raise closed
+                head += data
+                if len(head) > MAX_HEAD_BYTES:
+                    raise ProxyFailed(f"{PROXY_ERROR}: CONNECT failed: {INVALID}")
+        except OSError:
+            raise closed from None
+        head, _, rest = head.partition(b"\r\n\r\n")
+        try:
+            status, _ = _status_line(head.split(b"\r\n", 1)[0])
+        except RequestFailed:
+            raise ProxyFailed(f"{PROXY_ERROR}: CONNECT failed: {INVALID}") from None
+        if status == 407:
+            raise ProxyFailed(f"{PROXY_ERROR}: HTTP 407")
+        if not 200 <= status < 300:
+            raise ProxyFailed(f"{PROXY_ERROR}: CONNECT failed: HTTP {status}")
+        if rest:
+            raise ProxyFailed(f"{PROXY_ERROR}: CONNECT failed: {INVALID}")
+
     def _tls(self) -> ssl.SSLContext:
         if self._ssl is None:
             self._ssl = ssl.create_default_context()
@@ -460,6 +579,7 @@ class _Connection(asyncio.Protocol):
     """One connection, and the parser of the answer to the request it carries."""
 
     __slots__ = (
+        "authority",
         "buffer",
         "client",
         "closed",
@@ -495,6 +615,8 @@ class _Connection(asyncio.Protocol):
         self.left = 0  # bytes of the body (or of the chunk) still to come
         self.read = 0  # bytes of the body read
         self.excerpt = bytearray()  # its first `client.excerpt_bytes` bytes
+        # Through the egress proxy in absolute-form: the checked `address:port` asked for.
+        self.authority: bytes | None = None
 
     def begin(self) -> asyncio.Future[Response]:
         self.reply = reply = asyncio.get_running_loop().create_future()
@@ -632,6 +754,8 @@ class _Connection(asyncio.Protocol):
         if status < 200:  # 100 Continue, 103 Early Hints: the answer follows
             self.state = _HEAD
             return
+        if self.authority is not None and _made_by_proxy(status, lines):
+            raise ProxyFailed(f"{PROXY_ERROR}: HTTP {status}")
         length = fields.length
         self.status = status
         self.retry_after = fields.retry_after
@@ -736,6 +860,35 @@ def _status_line(line: bytes) -> tuple[int, bool]:
     ):
         raise RequestFailed(INVALID)
     return int(line[9:12]), line[7] == 0x31  # HTTP/1.0: close unless asked to keep alive
+
+
+# Headers by which a proxy says that it made an error answer itself: RFC 9209's Proxy-Status
+# (with an `error` parameter), Squid's and smokescreen's own.
+_PROXY_ERROR_HEADERS = (b"x-squid-error", b"x-smokescreen-error")
+
+
+def _made_by_proxy(status: int, lines: list[bytes]) -> bool:
+    """Whether an answer to an absolute-form request was made by the proxy, not relayed from
+    the receiver: a 407 always; an error that a proxy header says is its own; a 5xx without
+    `Via` (a proxy adds Via to what it relays, as tinyproxy and Squid do, but not to its own
+    error pages)."""
+    if status == 407:
+        return True
+    if status < 400:
+        return False
+    via = False
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name in _PROXY_ERROR_HEADERS:
+            return True
+        if name == b"proxy-status" and b"error=" in value.lower():
+            return True
+        via = via or name == b"via"
+    return status >= 500 and not via
+
+
+_ANY = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
 
 
 class _Headers(NamedTuple):

@@ -25,6 +25,10 @@ An answer's excerpt (the attempt log's `responseBody`) is made here, and only he
 keeps what the attempt sent in secret: the signature, the signing secrets and the values of
 the webhook's secret headers are redacted from it (dispatcher.domain.redaction), for a receiver
 that echoes the request's headers.
+
+With an egress proxy (DISPATCHER_EGRESS_PROXY, domain/proxy.py) a failure of the proxy itself
+is a `connection_error` whose words start `egress proxy:` and whose Outcome says
+`proxy_failure`: the delivery follows its schedule, but the endpoint is not charged with it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from dispatcher import __version__
 from dispatcher.domain.addresses import Network, blocked_error, blocked_reason
 from dispatcher.domain.headers import header_problem
 from dispatcher.domain.outcomes import AttemptOutcome
+from dispatcher.domain.proxy import EgressProxy
 from dispatcher.domain.redaction import redact, signing_values
 from dispatcher.domain.signing import secret_key, sign
 from dispatcher.domain.urls import InvalidUrl, parse_webhook_url
@@ -45,6 +50,7 @@ from dispatcher.engine.http1 import (
     BlockedAddress,
     Http1Client,
     InvalidHeader,
+    ProxyFailed,
     RequestFailed,
     Resolver,
     TooLate,
@@ -88,6 +94,8 @@ class Outcome(NamedTuple):
     # The answer body's first bytes (DISPATCHER_RESPONSE_EXCERPT_BYTES), decoded as UTF-8
     # with replacement; None without an answer or when none is kept.
     response_body: str | None = None
+    # The egress proxy failed, not the receiver: not charged to the endpoint.
+    proxy_failure: bool = False
 
     @property
     def succeeded(self) -> bool:
@@ -128,6 +136,7 @@ class Sender:
         resolver: Resolver | None = None,
         excerpt_bytes: int = 0,
         exempt_urls: Collection[str] = (),
+        proxy: EgressProxy | None = None,
     ) -> None:
         for url in exempt_urls:
             if parse_webhook_url(url).ip is None:
@@ -139,6 +148,8 @@ class Sender:
         self.max_connections = max_connections
         self.wall_clock = wall_clock
         self.inner_resolver = resolver
+        self.proxy = proxy
+        self._proxy_secrets = proxy.secrets if proxy is not None else []
         self._client: Http1Client | None = None
         self._keys: dict[str, bytes] = {}
         self._extra: dict[tuple[tuple[str, str], ...], bytes] = {}
@@ -152,6 +163,8 @@ class Sender:
             headers=FIXED_HEADERS,
             resolver=self.inner_resolver,
             excerpt_bytes=self.excerpt_bytes,
+            proxy=self.proxy,
+            direct_urls=self.exempt_urls,
         )
 
     async def close(self) -> None:
@@ -264,7 +277,11 @@ class Sender:
             if keep and excerpt is not None:
                 text = excerpt.decode("utf-8", "replace")
                 if text:
-                    hidden = [*signing_values(signature, secrets), *secret_values]
+                    hidden = [
+                        *signing_values(signature, secrets),
+                        *secret_values,
+                        *self._proxy_secrets,
+                    ]
                     text = redact(text, hidden, cut_off=len(excerpt) >= self.excerpt_bytes)
             return Outcome(kind, status, elapsed, error, retry_after, text)
 
@@ -295,6 +312,8 @@ class Sender:
             return done(TIMEOUT, None, f"timeout after {time_limit or self.timeout:g}s")
         except BlockedAddress as exc:
             return done(BLOCKED, None, blocked_error(str(exc)))
+        except ProxyFailed as exc:
+            return done(CONNECTION_ERROR, None, str(exc))._replace(proxy_failure=True)
         except RequestFailed as exc:
             return done(CONNECTION_ERROR, None, str(exc))
         except OSError as exc:

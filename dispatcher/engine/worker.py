@@ -104,6 +104,7 @@ class Engine:
             max_connections=settings.max_in_flight,
             excerpt_bytes=settings.response_excerpt_bytes,
             exempt_urls=exempt_urls,
+            proxy=settings.egress_proxy,
         )
         self.recorder = Recorder(
             db,
@@ -579,6 +580,7 @@ class Engine:
             now=now,
             retry_after=outcome.retry_after,
             rand=self.rand,
+            charged=not outcome.proxy_failure,
         )
         return outcomes.AttemptResult(
             id=claimed.id,
