@@ -133,6 +133,30 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     ] END
 $$;
 
+-- A message's or call's thread (number @p_number_id, other party @p_contact): made if absent
+-- (`open`, as @p_id), its latest item recorded (@p_now, of kind @p_kind); an incoming item
+-- reopens a `done` thread (an inbox), an outgoing one leaves the folder alone. Answers the
+-- thread's id. Called by each of queries/messages.sql's `create_` statements, the one home of
+-- the rule; PL/pgSQL, so that its upsert's plan is kept by the session, not made per call.
+CREATE OR REPLACE FUNCTION dispatcher_touch_conversation(
+    p_id text, p_workspace_id text, p_number_id text, p_contact text, p_now timestamptz,
+    p_kind text, p_incoming boolean
+) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    thread text;
+BEGIN
+    INSERT INTO conversations AS c
+        (id, workspace_id, number_id, contact, status, created_at, last_item_at, last_item_kind)
+    VALUES (p_id, p_workspace_id, p_number_id, p_contact, 'open', p_now, p_now, p_kind)
+    ON CONFLICT (number_id, contact) DO UPDATE SET
+        last_item_at = greatest(c.last_item_at, EXCLUDED.last_item_at),
+        last_item_kind = EXCLUDED.last_item_kind,
+        status = CASE WHEN p_incoming THEN 'open' ELSE c.status END
+    RETURNING c.id INTO thread;
+    RETURN thread;
+END
+$$;
+
 -- A change to a key (a revocation, a deletion, a workspace's keys cascading away, a TRUNCATE)
 -- notifies `dispatcher_api_keys`: every process that keeps valid keys in memory forgets them at
 -- once (dispatcher/store/key_cache.py). Inserts need no notice: a new key is looked up.

@@ -1,77 +1,45 @@
 -- Messages and call records (dispatcher/store/messages.py). Each is written with its
--- conversation's update in one statement (the three `create_` statements, each whole: the
--- thread's upsert as the CTE `conversation`, then the item), then its event in the same
--- transaction.
+-- conversation's update in one statement (the three `create_` statements: the thread's upsert
+-- is dispatcher_touch_conversation, functions.sql, which answers the thread's id), then its
+-- event in the same transaction.
 
 -- name: create_outgoing
 -- An outgoing message @id from @from_number to @contact (the recipient), with its
 -- conversation's update (made as @conversation_id when new), queued for the carrier at
 -- @carrier_due_at; @idempotency_key is the Idempotency-Key it was sent under and @fingerprint
 -- the request's fingerprint (NULL: none).
-WITH conversation AS (
-    -- The thread: made if absent (`open`), its latest item recorded; an incoming item
-    -- reopens a `done` thread (an inbox), an outgoing one leaves the folder alone.
-    INSERT INTO conversations
-        (id, workspace_id, number_id, contact, status, created_at, last_item_at, last_item_kind)
-    VALUES (@conversation_id, @workspace_id, @number_id, @contact, 'open', @now, @now, @kind)
-    ON CONFLICT (number_id, contact) DO UPDATE SET
-        last_item_at = greatest(conversations.last_item_at, EXCLUDED.last_item_at),
-        last_item_kind = EXCLUDED.last_item_kind,
-        status = CASE WHEN @incoming::boolean THEN 'open' ELSE conversations.status END
-    RETURNING id
-)
 INSERT INTO messages (id, workspace_id, number_id, conversation_id, direction, from_number,
                       to_number, text, media, status, created_at, updated_at, carrier_due_at,
                       idempotency_key, request_fingerprint)
-SELECT @id, @workspace_id, @number_id, conversation.id, 'outgoing', @from_number, @contact,
-       @text, '[]', 'queued', @now, @now, @carrier_due_at, @idempotency_key, @fingerprint
-FROM conversation
+VALUES (@id, @workspace_id, @number_id,
+        dispatcher_touch_conversation(@conversation_id, @workspace_id, @number_id, @contact,
+                                      @now, @kind, @incoming),
+        'outgoing', @from_number, @contact, @text, '[]', 'queued', @now, @now, @carrier_due_at,
+        @idempotency_key, @fingerprint)
 RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
           media, status, created_at, expunged_at IS NOT NULL AS expunged
 
 -- name: create_incoming
 -- A received message @id from @contact (the sender) to @to_number, with its conversation's
 -- update (made as @conversation_id when new).
-WITH conversation AS (
-    -- The thread: made if absent (`open`), its latest item recorded; an incoming item
-    -- reopens a `done` thread (an inbox), an outgoing one leaves the folder alone.
-    INSERT INTO conversations
-        (id, workspace_id, number_id, contact, status, created_at, last_item_at, last_item_kind)
-    VALUES (@conversation_id, @workspace_id, @number_id, @contact, 'open', @now, @now, @kind)
-    ON CONFLICT (number_id, contact) DO UPDATE SET
-        last_item_at = greatest(conversations.last_item_at, EXCLUDED.last_item_at),
-        last_item_kind = EXCLUDED.last_item_kind,
-        status = CASE WHEN @incoming::boolean THEN 'open' ELSE conversations.status END
-    RETURNING id
-)
 INSERT INTO messages (id, workspace_id, number_id, conversation_id, direction, from_number,
                       to_number, text, media, status, created_at, updated_at)
-SELECT @id, @workspace_id, @number_id, conversation.id, 'incoming', @contact, @to_number, @text,
-       @media, 'received', @now, @now
-FROM conversation
+VALUES (@id, @workspace_id, @number_id,
+        dispatcher_touch_conversation(@conversation_id, @workspace_id, @number_id, @contact,
+                                      @now, @kind, @incoming),
+        'incoming', @contact, @to_number, @text, @media, 'received', @now, @now)
 RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number, text,
           media, status, created_at, expunged_at IS NOT NULL AS expunged
 
 -- name: create_call
 -- A call record @id, with its conversation's update (made as @conversation_id when new; the
 -- contact is the other party); @duration_seconds may be NULL.
-WITH conversation AS (
-    -- The thread: made if absent (`open`), its latest item recorded; an incoming item
-    -- reopens a `done` thread (an inbox), an outgoing one leaves the folder alone.
-    INSERT INTO conversations
-        (id, workspace_id, number_id, contact, status, created_at, last_item_at, last_item_kind)
-    VALUES (@conversation_id, @workspace_id, @number_id, @contact, 'open', @now, @now, @kind)
-    ON CONFLICT (number_id, contact) DO UPDATE SET
-        last_item_at = greatest(conversations.last_item_at, EXCLUDED.last_item_at),
-        last_item_kind = EXCLUDED.last_item_kind,
-        status = CASE WHEN @incoming::boolean THEN 'open' ELSE conversations.status END
-    RETURNING id
-)
 INSERT INTO calls (id, workspace_id, number_id, conversation_id, direction, from_number,
                    to_number, status, duration_seconds, created_at)
-SELECT @id, @workspace_id, @number_id, conversation.id, @direction, @from_number, @to_number,
-       @status, @duration_seconds, @now
-FROM conversation
+VALUES (@id, @workspace_id, @number_id,
+        dispatcher_touch_conversation(@conversation_id, @workspace_id, @number_id, @contact,
+                                      @now, @kind, @incoming),
+        @direction, @from_number, @to_number, @status, @duration_seconds, @now)
 RETURNING id, workspace_id, number_id, conversation_id, direction, from_number, to_number,
           status, duration_seconds, created_at
 
