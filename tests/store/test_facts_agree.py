@@ -66,12 +66,15 @@ SCHEMA = Path(__file__).parents[2] / "schema.sql"
 
 
 def _sql_text() -> dict[str, str]:
-    """schema.sql and every store query file, by name."""
+    """schema.sql, every store query file and the functions, by name."""
     texts = {"schema.sql": SCHEMA.read_text()}
     folder = resources.files("dispatcher.store.queries")
     for entry in folder.iterdir():
         if entry.name.endswith(".sql"):
             texts[entry.name] = entry.read_text()
+    texts["functions.sql"] = (
+        resources.files("dispatcher.store").joinpath("functions.sql").read_text()
+    )
     return texts
 
 
@@ -195,6 +198,69 @@ def test_every_literal_compared_to_an_enum_column_is_a_member() -> None:
     assert len(literals) >= 30
     assert {column for _, column, _ in literals} >= {"status", "ordering", "trigger", "outcome"}
     strays = [item for item in literals if item[2] not in COMPARED[item[1]]]
+    assert strays == []
+
+
+# `INSERT INTO t [AS x] (columns) VALUES (...)` or `... (columns) SELECT ...`: what follows is
+# the row, value by value in the columns' order.
+_INSERT = re.compile(r"INSERT INTO (\w+)(?: AS \w+)?\s*\(([^)]*)\)\s*(VALUES\s*\(|SELECT\s)")
+_LITERAL = re.compile(r"^'((?:[^']|'')*)'(?:::text)?$")
+_ROW_ENDS = re.compile(r"\s(?:FROM|WHERE|ON CONFLICT|RETURNING|ORDER BY)\s|;")
+
+
+def _row_values(code: str, start: int, in_brackets: bool) -> list[str]:
+    """The row's values from `start`, split at the commas outside brackets and strings: up to
+    the closing bracket of VALUES, or a SELECT's FROM, WHERE, ON CONFLICT or end."""
+    values, depth, quoted, current = [], 0, False, ""
+    i = start
+    while i < len(code):
+        char = code[i]
+        if quoted:
+            quoted = char != "'"
+        elif char == "'":
+            quoted = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            if depth == 0 and in_brackets:
+                break
+            depth -= 1
+        elif depth == 0 and not in_brackets and _ROW_ENDS.match(code, i):
+            break
+        elif depth == 0 and char == ",":
+            values.append(current.strip())
+            current = ""
+            i += 1
+            continue
+        current += char
+        i += 1
+    return [*values, current.strip()]
+
+
+def _inserted_literals() -> list[tuple[str, str, str, str]]:
+    """(file, table, column, literal) for every literal written into a column by an INSERT."""
+    found = []
+    for name, text in SQL.items():
+        code = _without_comments(text)
+        for match in _INSERT.finditer(code):
+            columns = [column.strip() for column in match[2].split(",")]
+            values = _row_values(code, match.end(), match[3].startswith("VALUES"))
+            for column, value in zip(columns, values, strict=False):
+                if literal := _LITERAL.match(value):
+                    found.append((name, match[1], column, literal[1]))
+    return found
+
+
+def test_every_literal_inserted_into_an_enum_column_is_a_member() -> None:
+    """`INSERT INTO messages (..., direction, ..., status) VALUES (..., 'outgoing', ...,
+    'queued')`, in schema.sql, the queries and the functions: each literal written into a column
+    of COMPARED is one of its values in Python."""
+    literals = _inserted_literals()
+    enum_columns = [item for item in literals if item[2] in COMPARED]
+    # The scan finds what it is meant to: the messages' and the conversations' literals at least.
+    assert {("messages", "direction", "outgoing"), ("messages", "status", "received"),
+            ("conversations", "status", "open")} <= {item[1:] for item in enum_columns}  # fmt: skip
+    strays = [item for item in enum_columns if item[3] not in COMPARED[item[2]]]
     assert strays == []
 
 
