@@ -34,7 +34,7 @@ async def create(client: Client, ws: Workspace, **body: Any) -> dict[str, Any]:
 
 
 def secret_of(made: dict[str, Any]) -> str:
-    fragment = urlsplit(made["url"]).fragment
+    fragment = str(urlsplit(made["url"]).fragment)
     assert fragment.startswith("portal=")
     return fragment.removeprefix("portal=")
 

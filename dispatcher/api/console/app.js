@@ -68,6 +68,12 @@ function context(params, query) {
 }
 
 function route() {
+  // A portal link opened again in this tab changes only the fragment (no page load): load
+  // the page, whose start takes the secret out of the address and exchanges it.
+  if (inPortal && location.hash.startsWith("#portal=")) {
+    location.reload();
+    return;
+  }
   leave();
   clearNotice();
   if (!session.me) return;
