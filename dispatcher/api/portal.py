@@ -34,8 +34,6 @@ from dispatcher.store import portal as sessions
 from dispatcher.store.portal import PortalSession as SessionRow
 from dispatcher.store.workspaces import ApiKey
 
-CONSOLE_PATH = "/console/"
-
 
 class PortalSession(TypedDict):
     """A portal session as created: `url` carries its one-time secret (in the fragment);
@@ -92,7 +90,7 @@ def link(request: web.Request, row: SessionRow, secret: str) -> PortalSession:
     origin = f"{request.scheme}://{request.host}"
     return {
         "id": row.id,
-        "url": f"{origin}{CONSOLE_PATH}{row.id}#portal={secret}",
+        "url": portal.link(origin, row.id, secret),
         "expiresAt": isoformat(row.expires_at),
     }
 

@@ -65,3 +65,9 @@ def origin_problem(value: str) -> str | None:
 def frame_ancestors(parent_origin: str | None) -> str:
     """The CSP `frame-ancestors` value of a session's console page."""
     return parent_origin or "'none'"
+
+
+def link(base: str, session_id: str, secret: str) -> str:
+    """A session's link: the console's page for the session at `base` (an origin, no trailing
+    slash), the secret in the fragment (never sent to a server)."""
+    return f"{base}/console/{session_id}#portal={secret}"
