@@ -91,7 +91,8 @@ def _portal_commands(commands: Any) -> None:
     create.add_argument(
         "--base-url",
         default=None,
-        help="the service's address as users reach it (default http://DISPATCHER_HOST:PORT)",
+        help="the service's address as users reach it (default DISPATCHER_PUBLIC_URL, "
+        "else http://DISPATCHER_HOST:DISPATCHER_PORT)",
     )
     create.add_argument("--json", action="store_true", help="print JSON")
     delete = portal_cmds.add_parser("delete", help="end a portal session at once")
@@ -111,7 +112,8 @@ async def _portal(db: Database, settings: Settings, args: argparse.Namespace) ->
             args.parent_origin,
             now,
         )
-        base = (args.base_url or f"http://{settings.host}:{settings.port}").rstrip("/")
+        default = settings.public_url or f"http://{settings.host}:{settings.port}"
+        base = (args.base_url or default).rstrip("/")
         url = portal.link(base, row.id, secret)
         expires = isoformat(row.expires_at)
         _emit(

@@ -86,8 +86,9 @@ class ExchangePortalSecret(Body):
 
 
 def link(request: web.Request, row: SessionRow, secret: str) -> PortalSession:
-    """The session as created: its link on the origin the request was made to."""
-    origin = f"{request.scheme}://{request.host}"
+    """The session as created: its link on DISPATCHER_PUBLIC_URL, or else on the origin the
+    request was made to."""
+    origin = services(request).settings.public_url or f"{request.scheme}://{request.host}"
     return {
         "id": row.id,
         "url": portal.link(origin, row.id, secret),

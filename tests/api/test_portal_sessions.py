@@ -6,15 +6,20 @@ Validation is a 400 naming the field."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
+from dispatcher.api.app import create_app
 from dispatcher.api.console import CONTENT_SECURITY_POLICY
+from dispatcher.api.framework.context import Services
 from dispatcher.api.registry import document
+from dispatcher.errors import ConfigurationError
+from dispatcher.settings import Settings
 from tests.clock import FakeClock
 from tests.conftest import ADMIN_HEADERS, LOGGED, MakeWorkspace, Workspace
 
@@ -392,3 +397,32 @@ def test_the_routes_are_documented() -> None:
     ttl = body["properties"]["ttlSeconds"]
     assert (ttl["minimum"], ttl["maximum"], ttl["default"]) == (60, 86400, 900)
     assert "parentOrigin" in body["properties"]
+
+
+async def test_links_are_made_on_the_public_url_when_set(services: Services, ws: Workspace) -> None:
+    public = dataclasses.replace(
+        services,
+        settings=services.settings.with_changes(public_url="https://dispatcher.example.com/x"),
+    )
+    async with TestClient(TestServer(create_app(public), host="127.0.0.1")) as client:
+        made = await create(client, ws, capabilities="read")
+    assert made["url"].startswith(f"https://dispatcher.example.com/x/console/{made['id']}#portal=")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("https://dispatcher.example.com/", "https://dispatcher.example.com"),
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+        ("ftp://a.example", None),
+        ("https://a.example/?x=1", None),
+        ("https://u@a.example", None),
+        ("a.example", None),
+    ],
+)
+def test_the_public_url_setting(raw: str, expected: str | None) -> None:
+    if expected is None:
+        with pytest.raises(ConfigurationError, match="DISPATCHER_PUBLIC_URL"):
+            Settings.from_env({"DISPATCHER_PUBLIC_URL": raw})
+    else:
+        assert Settings.from_env({"DISPATCHER_PUBLIC_URL": raw}).public_url == expected
