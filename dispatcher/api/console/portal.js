@@ -7,7 +7,7 @@
 import { forgetKey, keepKey } from "./api.js";
 
 /** Whether this page is a portal session's (its address is `/console/PS…`). */
-export const inPortal = /^\/console\/PS[0-9a-f]{32}$/.test(location.pathname);
+export const inPortal = /\/console\/PS[0-9a-f]{32}$/.test(location.pathname);
 
 /** The link's secret, removed from the address bar (and so from the history) before anything
  * else happens; null when the address carries none (a reload). */
