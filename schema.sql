@@ -63,6 +63,22 @@ CREATE INDEX IF NOT EXISTS api_keys_page ON api_keys (workspace_id, created_at D
 CREATE OR REPLACE TRIGGER api_keys_changed AFTER UPDATE OR DELETE OR TRUNCATE ON api_keys
     FOR EACH STATEMENT EXECUTE FUNCTION dispatcher_api_keys_changed();
 
+-- Portal sessions (docs/console.md, "Portal sessions"): a short-lived link opening the console
+-- for one workspace. Only digests of the link's one-time secret and of the credential it was
+-- exchanged for are stored (store/portal.py).
+CREATE TABLE IF NOT EXISTS portal_sessions (
+    id             text PRIMARY KEY,
+    workspace_id   text NOT NULL REFERENCES workspaces (id),
+    capabilities   text NOT NULL CHECK (capabilities IN ('manage', 'read')),
+    parent_origin  text CHECK (char_length(parent_origin) <= 255),
+    secret_hash    bytea NOT NULL UNIQUE,
+    token_hash     bytea UNIQUE,
+    created_at     timestamptz NOT NULL,
+    expires_at     timestamptz NOT NULL,
+    exchanged_at   timestamptz,
+    deleted_at     timestamptz
+);
+
 CREATE TABLE IF NOT EXISTS conversations (
     id              text PRIMARY KEY,
     workspace_id    text NOT NULL REFERENCES workspaces (id),
@@ -441,4 +457,4 @@ CREATE OR REPLACE TRIGGER deliveries_status_changed AFTER UPDATE ON deliveries
 
 SELECT dispatcher_ensure_partitions(current_date - 1, current_date + 2);
 
-INSERT INTO dispatcher_schema (version) VALUES (19) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (23) ON CONFLICT DO NOTHING;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -13,12 +14,17 @@ import structlog
 from dispatcher import __version__, log
 from dispatcher.api.admin import MAX_NAME_LENGTH
 from dispatcher.api.framework.context import SCOPES
+from dispatcher.domain import portal
+from dispatcher.domain.clock import isoformat
 from dispatcher.domain.phone import is_e164
+from dispatcher.domain.portal import Capabilities
 from dispatcher.domain.text import name_problem
 from dispatcher.errors import DispatcherError
 from dispatcher.service import fail, open_database, run, serve, work
 from dispatcher.settings import Settings, unknown_variables
+from dispatcher.store import portal as portal_sessions
 from dispatcher.store import schema, workspaces
+from dispatcher.store.database import Database
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,7 +69,78 @@ def _parser() -> argparse.ArgumentParser:
     key_revoke = key_cmds.add_parser("revoke", help="revoke an API key")
     key_revoke.add_argument("key_id")
     key_revoke.add_argument("--json", action="store_true", help="print JSON")
+    _portal_commands(commands)
     return parser
+
+
+def _portal_commands(commands: Any) -> None:
+    """`dispatcher portal create | delete` (docs/console.md, "Portal sessions")."""
+    portal_cmd = commands.add_parser("portal", help="manage portal sessions (console links)")
+    portal_cmds = portal_cmd.add_subparsers(dest="action", required=True)
+    create = portal_cmds.add_parser("create", help="make a portal link (printed once)")
+    create.add_argument("--workspace", required=True, metavar="WORKSPACE_ID")
+    create.add_argument("--capabilities", required=True, choices=[str(c) for c in Capabilities])
+    create.add_argument(
+        "--ttl-seconds",
+        type=int,
+        default=portal.DEFAULT_TTL_SECONDS,
+        help=f"{portal.MIN_TTL_SECONDS}..{portal.MAX_TTL_SECONDS} (default "
+        f"{portal.DEFAULT_TTL_SECONDS})",
+    )
+    create.add_argument("--parent-origin", default=None, help="the one origin that may frame it")
+    create.add_argument(
+        "--base-url",
+        default=None,
+        help="the service's address as users reach it (default DISPATCHER_PUBLIC_URL, "
+        "else http://DISPATCHER_HOST:DISPATCHER_PORT)",
+    )
+    create.add_argument("--json", action="store_true", help="print JSON")
+    delete = portal_cmds.add_parser("delete", help="end a portal session at once")
+    delete.add_argument("--workspace", required=True, metavar="WORKSPACE_ID")
+    delete.add_argument("session_id", metavar="PORTAL_SESSION_ID")
+    delete.add_argument("--json", action="store_true", help="print JSON")
+
+
+async def _portal(db: Database, settings: Settings, args: argparse.Namespace) -> None:
+    now = datetime.now(UTC)
+    if args.action == "create":
+        row, secret = await portal_sessions.create(
+            db,
+            args.workspace,
+            Capabilities(args.capabilities),
+            args.ttl_seconds,
+            args.parent_origin,
+            now,
+        )
+        default = settings.public_url or f"http://{settings.host}:{settings.port}"
+        base = (args.base_url or default).rstrip("/")
+        url = portal.link(base, row.id, secret)
+        expires = isoformat(row.expires_at)
+        _emit(
+            args.json,
+            {"id": row.id, "url": url, "expiresAt": expires},
+            f"created portal session {row.id}, until {expires} (shown once): {url}",
+        )
+    else:
+        await portal_sessions.delete(db, args.workspace, args.session_id, now)
+        _emit(
+            args.json,
+            {"id": args.session_id, "deleted": True},
+            f"deleted portal session {args.session_id}",
+        )
+
+
+def _portal_problem(args: argparse.Namespace) -> str | None:
+    """Why `portal create`'s arguments break the API's rules (domain/portal.py), or None."""
+    if args.command != "portal" or args.action != "create":
+        return None
+    if not portal.MIN_TTL_SECONDS <= args.ttl_seconds <= portal.MAX_TTL_SECONDS:
+        return f"--ttl-seconds must be {portal.MIN_TTL_SECONDS}..{portal.MAX_TTL_SECONDS}"
+    if args.parent_origin is not None:
+        problem = portal.origin_problem(args.parent_origin)
+        if problem is not None:
+            return f"--parent-origin {problem}"
+    return None
 
 
 def _emit(as_json: bool, obj: dict[str, Any], line: str) -> None:
@@ -93,6 +170,8 @@ async def _admin(settings: Settings, args: argparse.Namespace) -> None:
                 {"id": key_id, "key": key},
                 f"created key {key_id} (shown once, store it now): {key}",
             )
+        elif args.command == "portal":
+            await _portal(db, settings, args)
         elif args.command == "keys" and args.action == "revoke":
             await workspaces.revoke_key(db, args.key_id)
             _emit(args.json, {"id": args.key_id, "revoked": True}, f"revoked key {args.key_id}")
@@ -129,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if args.command == "numbers" and not is_e164(args.number):
         fail(f"{args.number!r} is not an E.164 number (like +15555550100)", 2)
+    portal_problem = _portal_problem(args)
+    if portal_problem is not None:
+        fail(portal_problem, 2)
     for what, name in _names(args):
         problem = name_problem(name, MAX_NAME_LENGTH)
         if problem is not None:

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from dispatcher.domain.proxy import PROXY_SETTING, EgressProxy, parse_egress_proxy
 from dispatcher.domain.signing import check_secret
@@ -93,6 +94,9 @@ class Settings:
     admin_token: str | None = field(default=None, repr=False)
     # Every attempt through this HTTP proxy (docs/configuration.md, "The egress proxy").
     egress_proxy: EgressProxy | None = None
+    # The service's address as its users reach it (docs/console.md, "Portal sessions"): the base
+    # of portal links. None: the origin each request came to.
+    public_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -154,6 +158,7 @@ class Settings:
         read("DISPATCHER_METRICS_PER_WEBHOOK_LIMIT", "metrics_per_webhook_limit",
              _int_between(1, 100_000))  # fmt: skip
         read("DISPATCHER_OPERATOR_WEBHOOK_URL", "operator_webhook_url", check_webhook_url)
+        read("DISPATCHER_PUBLIC_URL", "public_url", _public_url)
         _read_secret(env, values)
         values["admin_token"] = _admin_token(env.get(ADMIN_TOKEN_VARIABLE))
         values["egress_proxy"] = _egress_proxy(env.get(PROXY_SETTING))
@@ -285,6 +290,16 @@ def _egress_proxy(raw: str | None) -> EgressProxy | None:
         return parse_egress_proxy(raw)
     except ValueError as exc:
         raise ConfigurationError(f"{PROXY_SETTING} is not valid: {exc}") from None
+
+
+def _public_url(raw: str) -> str:
+    """An http(s) URL without query, fragment or user, its trailing slash dropped."""
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL, e.g. https://dispatcher.example.com")
+    if parts.query or parts.fragment or "@" in parts.netloc or any(c.isspace() for c in raw):
+        raise ValueError("must have no query, fragment, user or spaces")
+    return raw.rstrip("/")
 
 
 def _on_off(raw: str) -> bool:

@@ -33,7 +33,8 @@ from tests.databases import Databases, with_database
 pytest_plugins = ["tests.receiver", "tests.browser"]
 
 
-SECRET_SHAPES = re.compile(r"whsec_[A-Za-z0-9+/]{16,}|dk_[A-Za-z0-9_-]{16,}")
+# Signing secrets, API keys, and portal links' secrets and credentials (dpl_, dps_).
+SECRET_SHAPES = re.compile(r"whsec_[A-Za-z0-9+/]{16,}|(dk|dpl|dps)_[A-Za-z0-9_-]{16,}")
 # The admin token of the `settings` fixture's services (the admin API is on in the API tests).
 ADMIN_TOKEN = "test-admin-token-" + "0123456789abcdef" * 2
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

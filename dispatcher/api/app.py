@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from dispatcher import tracing
-from dispatcher.api import admin, console, demo, metrics, registry
+from dispatcher.api import admin, console, demo, metrics, portal, registry
 from dispatcher.api.framework.admission import ADMISSION, Admission, admission_middleware
 from dispatcher.api.framework.connections import ConnectionLimits, guard_connections
 from dispatcher.api.framework.context import SERVICES, Services
@@ -60,5 +60,7 @@ def create_app(
         app[demo.DEMO_RECEIVER] = demo_receiver
         app.router.add_routes(demo.routes)
     # The web console: static files, not part of the API's document (api/console/).
+    # A portal session's page first: `/console/PS…` is no file of the console's (api/portal.py).
+    app.router.add_routes(portal.page_routes)
     app.router.add_routes(console.routes)
     return app

@@ -22,6 +22,7 @@ from dispatcher.api import (
     me,
     messages,
     metrics,
+    portal,
     stats,
     webhooks,
 )
@@ -47,6 +48,7 @@ ROUTE_TABLES: tuple[Routes, ...] = (
     stats.routes,
     events.routes,
     metrics.routes,
+    portal.routes,
     admin.routes,
 )
 

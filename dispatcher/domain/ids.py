@@ -18,6 +18,7 @@ CALL = "AC"
 WEBHOOK = "WH"
 DELIVERY = "WD"
 EVENT = "EV"
+PORTAL_SESSION = "PS"
 
 _SHAPE = re.compile(r"[A-Z]{2}[0-9a-f]{32}")
 

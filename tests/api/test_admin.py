@@ -34,7 +34,11 @@ MISSING = "WS" + "0" * 32
 
 
 def concrete(path: str, workspace_id: str = MISSING) -> str:
-    return path.replace("{workspace_id}", workspace_id).replace("{key_id}", "AK" + "0" * 32)
+    return (
+        path.replace("{workspace_id}", workspace_id)
+        .replace("{key_id}", "AK" + "0" * 32)
+        .replace("{portal_session_id}", "PS" + "0" * 32)
+    )
 
 
 async def count(db: Database, table: str) -> int:
@@ -70,6 +74,11 @@ def test_the_admin_routes_are_documented_apart() -> None:
             ("post", "/v1/admin/workspaces/{workspace_id}/keys"),
             ("get", "/v1/admin/workspaces/{workspace_id}/keys"),
             ("delete", "/v1/admin/workspaces/{workspace_id}/keys/{key_id}"),
+            ("post", "/v1/admin/workspaces/{workspace_id}/portal-sessions"),
+            (
+                "delete",
+                "/v1/admin/workspaces/{workspace_id}/portal-sessions/{portal_session_id}",
+            ),
         ]
     )
     for method, path in ADMIN_OPERATIONS:
@@ -394,6 +403,7 @@ async def test_a_key_made_by_the_admin_api_sees_only_its_workspace(
 VALID_BODIES: dict[tuple[str, str], Any] = {
     ("post", "/v1/admin/workspaces/{workspace_id}/numbers"): {"number": "+15555550177"},
     ("post", "/v1/admin/workspaces/{workspace_id}/keys"): {"scopes": ["events:read"]},
+    ("post", "/v1/admin/workspaces/{workspace_id}/portal-sessions"): {"capabilities": "read"},
 }
 
 

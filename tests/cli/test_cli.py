@@ -87,3 +87,45 @@ async def test_lookalike_numbers_and_blank_names_are_refused(
     async with db.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM phone_numbers") == 0
         assert await conn.fetchval("SELECT count(*) FROM workspaces") == 1
+
+
+async def test_portal_create_and_delete(database_url: str, db: Database) -> None:
+    """`dispatcher portal create` prints the link once; `portal delete` ends the session."""
+    workspace_id = await workspaces.create_workspace(db, "Acme")
+    code, out, err = await cli(
+        database_url, "portal", "create", "--workspace", workspace_id,
+        "--capabilities", "read", "--ttl-seconds", "120",
+        "--parent-origin", "https://app.example.com",
+        "--base-url", "https://dispatcher.example.com/", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    made = json.loads(out)
+    assert made["id"].startswith("PS") and made["expiresAt"].endswith("Z")
+    prefix = f"https://dispatcher.example.com/console/{made['id']}#portal=dpl_"
+    assert made["url"].startswith(prefix)
+    async with db.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT capabilities, parent_origin, expires_at - created_at AS ttl"
+            " FROM portal_sessions WHERE id = $1",
+            made["id"],
+        )
+    assert row is not None
+    assert (row["capabilities"], row["parent_origin"]) == ("read", "https://app.example.com")
+    assert row["ttl"].total_seconds() == 120
+    code, out, err = await cli(
+        database_url, "portal", "delete", "--workspace", workspace_id, made["id"]
+    )
+    assert code == 0 and made["id"] in out, err
+    for args, said in [
+        (("--capabilities", "admin"), "invalid choice"),
+        (("--capabilities", "read", "--ttl-seconds", "59"), "--ttl-seconds must be 60..86400"),
+        (("--capabilities", "read", "--parent-origin", "http://a.example"), "--parent-origin"),
+    ]:
+        code, _, err = await cli(
+            database_url, "portal", "create", "--workspace", workspace_id, *args
+        )
+        assert code == 2 and said in err, err
+    code, _, err = await cli(
+        database_url, "portal", "delete", "--workspace", workspace_id, "PS" + "0" * 32
+    )
+    assert code == 1 and "does not exist" in err

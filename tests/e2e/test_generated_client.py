@@ -176,6 +176,40 @@ def _exercise(generated: Any, base: str, key: str) -> None:
     assert (len(keys), len(numbers)) == (3, 3)
     assert types.UNSET is not None
 
+    # Portal sessions: made by a key and by the admin, exchanged once, deleted.
+    CreatePortal = _model("create_portal_session", "CreatePortalSession")
+    Capabilities = _model("create_portal_session_capabilities", "CreatePortalSessionCapabilities")
+    Exchange = _model("exchange_portal_secret", "ExchangePortalSecret")
+    resp = _call("default", "create_portal_session")(
+        client=client,
+        body=CreatePortal(capabilities=Capabilities.READ, ttl_seconds=60),
+    )
+    assert resp.status_code == 201, resp.content
+    session = resp.parsed
+    assert session.id.startswith("PS") and "#portal=" in session.url
+    secret = session.url.split("#portal=")[1]
+    exchange = _call("default", "exchange_portal_secret")
+    with generated.Client(base_url=base) as public:
+        resp = exchange(client=public, body=Exchange(secret=secret))
+        assert resp.status_code == 200, resp.content
+        assert resp.parsed.session_id == session.id and resp.parsed.token.startswith("dps_")
+        resp = exchange(client=public, body=Exchange(secret=secret))
+        assert resp.status_code == 401, resp.content
+    resp = _call("default", "delete_portal_session")(client=client, portal_session_id=session.id)
+    assert resp.status_code == 204, resp.content
+    resp = _call("admin", "create_workspace_portal_session")(
+        client=admin,
+        workspace_id=workspaces[0],
+        body=CreatePortal(
+            capabilities=Capabilities.MANAGE, parent_origin="https://app.example.com"
+        ),
+    )
+    assert resp.status_code == 201, resp.content
+    resp = _call("admin", "delete_workspace_portal_session")(
+        client=admin, workspace_id=workspaces[0], portal_session_id=resp.parsed.id
+    )
+    assert resp.status_code == 204, resp.content
+
 
 async def test_generated_client_lists_pages_and_patches_every_resource(
     database_url: str, tmp_path: Path

@@ -55,6 +55,7 @@ from dispatcher.domain.enums import (
 )
 from dispatcher.domain.events import EVENT_TYPE_PATTERN, TEST_EVENT
 from dispatcher.domain.outcomes import AttemptOutcome, GiveUpReason
+from dispatcher.domain.portal import Capabilities
 from dispatcher.domain.signing import signing_secrets
 from dispatcher.domain.text import is_control
 from dispatcher.store import queue, webhooks
@@ -101,6 +102,7 @@ CHECKED: dict[tuple[str, str], type[StrEnum]] = {
     ("webhooks", "disabled_reason"): DisabledReason,
     ("webhooks", "ordering"): Ordering,
     ("deliveries", "status"): DeliveryStatus,
+    ("portal_sessions", "capabilities"): Capabilities,
 }
 
 # (table, column) -> the member its DEFAULT is.

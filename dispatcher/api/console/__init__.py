@@ -79,11 +79,16 @@ def load_files() -> dict[str, StaticFile]:
 FILES = load_files()
 
 
-def _answer(file: StaticFile) -> web.Response:
+def _answer(file: StaticFile, headers: dict[str, str] = HEADERS) -> web.Response:
     charset = None if file.content_type == "image/png" else "utf-8"
     return web.Response(
-        body=file.body, content_type=file.content_type, charset=charset, headers=HEADERS
+        body=file.body, content_type=file.content_type, charset=charset, headers=headers
     )
+
+
+def page(headers: dict[str, str]) -> web.Response:
+    """The console's page with `headers` (a portal session's: api/portal.py)."""
+    return _answer(FILES[INDEX], headers)
 
 
 @routes.get(PREFIX)
@@ -95,6 +100,16 @@ async def console_root(request: web.Request) -> web.Response:
 @routes.get(f"{PREFIX}/")
 async def console_index(request: web.Request) -> web.Response:
     return _answer(FILES[INDEX])
+
+
+def framed_by(origin: str) -> dict[str, str]:
+    """The headers of a portal session's page that `origin` may frame (docs/console.md,
+    "Portal sessions"): the policy's `frame-ancestors` names it, and X-Frame-Options (which
+    cannot name an origin) is left out."""
+    policy = CONTENT_SECURITY_POLICY.replace("frame-ancestors 'none'", f"frame-ancestors {origin}")
+    headers = {**HEADERS, "Content-Security-Policy": policy}
+    del headers["X-Frame-Options"]
+    return headers
 
 
 @routes.get(PREFIX + "/{name}")

@@ -7,6 +7,7 @@ import { conversationPage, conversationsPage } from "./conversations.js";
 import { deliveriesPage, deliveryPage } from "./deliveries.js";
 import { h, show } from "./dom.js";
 import { eventPage, eventsPage } from "./events.js";
+import { exchange, inPortal, takeSecret } from "./portal.js";
 import { can, loadCatalog, session } from "./session.js";
 import { clearNotice, errorBox, isAbort } from "./ui.js";
 import { newWebhookPage, webhookPage, webhooksPage } from "./webhooks.js";
@@ -67,6 +68,12 @@ function context(params, query) {
 }
 
 function route() {
+  // A portal link opened again in this tab changes only the fragment (no page load): load
+  // the page, whose start takes the secret out of the address and exchanges it.
+  if (inPortal && location.hash.startsWith("#portal=")) {
+    location.reload();
+    return;
+  }
   leave();
   clearNotice();
   if (!session.me) return;
@@ -100,7 +107,7 @@ function header() {
     SECTIONS.filter(([, , scope]) => can(scope)).map(([href, caption]) => h("a", { href }, caption)));
   const readOnly = !me.scopes.some((scope) => scope.endsWith(":write"));
   show(document.getElementById("who"),
-    h("span", { class: "workspace", title: `key ${me.keyId}` }, me.workspaceId),
+    h("span", { class: "workspace", title: `${inPortal ? "portal session" : "key"} ${me.keyId}` }, me.workspaceId),
     readOnly ? h("span", { class: "badge badge-readonly" }, "read-only") : null,
     h("button", { type: "button", class: "link-button", id: "sign-out", on: { click: signOut } }, "Sign out"));
 }
@@ -111,7 +118,37 @@ function signOut(reason) {
   session.me = null;
   document.getElementById("nav").replaceChildren();
   document.getElementById("who").replaceChildren();
-  signInForm(typeof reason === "string" ? reason : "");
+  if (inPortal) portalEnded(typeof reason === "string" ? PORTAL_ENDED : "You signed out.");
+  else signInForm(typeof reason === "string" ? reason : "");
+}
+
+const PORTAL_ENDED = "This session has ended: it expired, was deleted, or its link was used already. Ask for a new link.";
+
+/** A portal session's page once the session is over: no key form (a portal is not signed in
+ * with a key), only what happened. */
+function portalEnded(message) {
+  show(view(), h("section", { class: "sign-in", id: "portal-ended", "aria-labelledby": "portal-ended-title" },
+    h("h1", { id: "portal-ended-title" }, "Session ended"),
+    h("p", {}, message)));
+}
+
+/** A portal session's page: the link's secret exchanged (once), or the credential kept from
+ * the exchange (a reload), then the console as the session may see it. */
+async function bootPortal() {
+  const secret = takeSecret();
+  if (secret && !(await exchange(secret))) {
+    portalEnded(PORTAL_ENDED);
+    return;
+  }
+  if (!savedKey()) {
+    portalEnded(PORTAL_ENDED);
+    return;
+  }
+  try {
+    await start(await api("GET", "/v1/me"));
+  } catch (error) {
+    if (error.status !== 401) show(view(), errorBox(error));
+  }
 }
 
 function signInForm(message) {
@@ -156,6 +193,10 @@ async function start(me) {
 async function boot() {
   whenUnauthorized(() => signOut("The API no longer accepts this key: sign in again."));
   window.addEventListener("hashchange", route);
+  if (inPortal) {
+    await bootPortal();
+    return;
+  }
   if (!savedKey()) {
     signInForm("");
     return;

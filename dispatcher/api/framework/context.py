@@ -24,7 +24,7 @@ from dispatcher.domain.clock import Clock
 from dispatcher.domain.enums import Scope, allows
 from dispatcher.errors import Forbidden, Unauthorized
 from dispatcher.settings import Settings
-from dispatcher.store import workspaces
+from dispatcher.store import portal, workspaces
 from dispatcher.store.database import Database
 from dispatcher.store.key_cache import KeyCache
 from dispatcher.store.workspaces import ApiKey
@@ -73,17 +73,27 @@ def is_admin_token(settings: Settings, token: str) -> bool:
     return hmac.compare_digest(offered, expected)
 
 
+async def find_caller(svc: Services, token: str, *, cached: bool = True) -> ApiKey | None:
+    """The workspace key, or the portal session's credential (store/portal.py: its row read
+    at every request, against the services' clock), that `token` is; None when neither."""
+    if portal.is_token(token):
+        return await portal.find_token(svc.db, token, svc.clock.now())
+    return await workspaces.find_key(svc.db, token, svc.keys if cached else None)
+
+
 async def authenticate(request: web.Request) -> ApiKey:
     token = bearer_token(request)
     if token is None:
         raise Unauthorized()
     svc = services(request)
-    key = await workspaces.find_key(svc.db, token, svc.keys)
+    key = await find_caller(svc, token)
     if key is None:
         if is_admin_token(svc.settings, token):
             raise Unauthorized(
                 "the admin token opens the admin API (/v1/admin/...) only; send a workspace API key"
             )
+        if portal.is_token(token):
+            raise Unauthorized("the portal session has ended (expired or deleted)")
         raise Unauthorized("the API key is not valid or has been revoked")
     return key
 
@@ -98,7 +108,7 @@ async def _still_valid(request: web.Request, key: ApiKey) -> AsyncIterator[None]
     yield
     svc = services(request)
     token = bearer_token(request) or ""
-    again = await workspaces.find_key(svc.db, token)
+    again = await find_caller(svc, token, cached=False)
     if again is None or again.id != key.id:
         raise Unauthorized("the API key has been revoked")
 
@@ -114,7 +124,7 @@ async def authenticate_admin(request: web.Request) -> None:
         raise Unauthorized("the admin API takes `Authorization: Bearer <admin token>`")
     if is_admin_token(svc.settings, token):
         return
-    if await workspaces.find_key(svc.db, token, svc.keys) is not None:
+    if await find_caller(svc, token) is not None:
         raise Forbidden("a workspace API key cannot use the admin API; send the admin token")
     raise Unauthorized("the admin token is not valid")
 

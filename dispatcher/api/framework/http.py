@@ -236,9 +236,11 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         log.exception("api.unhandled", trace=trace, method=request.method, path=request.path)
         response = _error_response(from_domain(DispatcherError()), trace)
     response.headers[REQUEST_ID_HEADER] = trace
-    if request.path == console.PREFIX or request.path.startswith(console.PREFIX + "/"):
-        # Under /console every answer, an error too (an unknown file, a method, a query),
-        # carries the console's policy and headers (docs/console.md).
+    under_console = request.path == console.PREFIX or request.path.startswith(console.PREFIX + "/")
+    # Under /console every answer, an error too (an unknown file, a method, a query), carries
+    # the console's policy and headers (docs/console.md); a portal session's page has a policy
+    # of its own (api/portal.py), kept.
+    if under_console and "Content-Security-Policy" not in response.headers:
         response.headers.update(console.HEADERS)
     elapsed = time.perf_counter() - started
     route = route_template(request)

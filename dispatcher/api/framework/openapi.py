@@ -94,6 +94,7 @@ PATH_IDS = {
     "event_id": ids.EVENT,
     "key_id": ids.API_KEY,
     "message_id": ids.MESSAGE,
+    "portal_session_id": ids.PORTAL_SESSION,
     "webhook_id": ids.WEBHOOK,
     "workspace_id": ids.WORKSPACE,
 }

@@ -120,6 +120,7 @@ KeyBodyHandler = Callable[[web.Request, Services, ApiKey, ModelT], Answer[Answer
 AdminHandler = Callable[[web.Request, Services], Answer[AnswerT]]
 AdminBodyHandler = Callable[[web.Request, Services, ModelT], Answer[AnswerT]]
 PublicHandler = Callable[[web.Request], Answer[AnswerT]]
+PublicBodyHandler = Callable[[web.Request, ModelT], Answer[AnswerT]]
 # A declaration: it hands the handler back as it was (aiohttp is given the guarded one).
 Declare = Callable[[HandlerT], HandlerT]
 # A list's store read: its page for the list's bounds, path and workspace, and its query.
@@ -173,6 +174,11 @@ class Method:
     def __call__(
         self, path: str, credential: AdminToken, **options: Unpack[Options]
     ) -> Declare[AdminHandler[None]]: ...
+    @overload
+    def __call__(
+        self, path: str, credential: Public, response: type[AnswerT], *,
+        body: type[ModelT], **options: Unpack[Options],
+    ) -> Declare[PublicBodyHandler[ModelT, AnswerT]]: ...  # fmt: skip
     @overload
     def __call__(
         self, path: str, credential: Public, **options: Unpack[Options]
