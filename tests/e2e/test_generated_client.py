@@ -76,8 +76,15 @@ def _every_page(list_call: Callable[..., Any], client: Any, **kw: Any) -> list[s
 
 
 def _exercise(generated: Any, base: str, key: str) -> None:
-    client = generated.AuthenticatedClient(base_url=base, token=key)
-    admin = generated.AuthenticatedClient(base_url=base, token=ADMIN_TOKEN)
+    # The clients' connections are closed when done (an unclosed socket is a test's error).
+    with (
+        generated.AuthenticatedClient(base_url=base, token=key) as client,
+        generated.AuthenticatedClient(base_url=base, token=ADMIN_TOKEN) as admin,
+    ):
+        _exercise_with(generated, base, client, admin)
+
+
+def _exercise_with(generated: Any, base: str, client: Any, admin: Any) -> None:
     types = importlib.import_module(f"{PACKAGE}.types")
 
     # Webhooks: create three, page through them, PATCH one field only.
