@@ -1,0 +1,104 @@
+"""The sender against Node.js's `http` server (receiver.js, which checks every signature
+itself): delivered and signed over kept-alive connections; a chunked answer, a 5xx, a reset
+connection and an answer that never comes each recorded as what it was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from dispatcher.store.database import Database
+from tests.conformance.delivering import (
+    delivery_ids,
+    first_attempt,
+    signed_webhook,
+    wait_delivered,
+)
+from tests.conformance.servers import Receiver
+from tests.conftest import Workspace
+from tests.engine.helpers import attempted, bulk_publish, publish
+from tests.receiver import EngineFactory
+
+EVENTS = 40
+CONCURRENCY = 4
+
+
+async def test_delivered_signed_and_kept_alive(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    db: Database,
+    node: Receiver,
+    engine: EngineFactory,
+) -> None:
+    hook = await signed_webhook(client, ws, node.url("/signed/a"), node, maxConcurrency=CONCURRENCY)
+    await bulk_publish(db, ws, EVENTS)
+    await engine()
+    await wait_delivered(db, hook["id"], EVENTS)
+
+    seen = await node.stats("/signed/a")
+    assert (seen["requests"], seen["verified"], seen["rejected"]) == (EVENTS, EVENTS, 0)
+    assert set(seen["ids"]) == await delivery_ids(client, ws, hook["id"])  # each once
+    # Kept alive: no more connections than requests in flight at once.
+    assert 1 <= seen["sockets"] <= CONCURRENCY
+
+
+async def test_each_answer_recorded_as_what_it_was(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    node: Receiver,
+    engine: EngineFactory,
+) -> None:
+    hooks = {
+        path: await signed_webhook(client, ws, node.url(path), node, **fields)
+        for path, fields in (
+            ("/chunked/a", {}),
+            ("/status/500/a", {}),
+            ("/status/503/a", {}),
+            ("/reset/a", {}),
+            ("/hang/a", {"timeoutSeconds": 0.5}),
+        )
+    }
+    await publish(client, ws)
+    await engine(request_timeout=10.0)  # the hang times out by its own 0.5 s
+    got = {path: await first_attempt(client, ws, hook["id"]) for path, hook in hooks.items()}
+
+    chunked = got["/chunked/a"]
+    assert (chunked["outcome"], chunked["responseStatus"], chunked["error"]) == (
+        "success",
+        200,
+        None,
+    )
+    assert chunked["responseBody"] == "accepted, in three chunks by node"
+    assert (await attempted(client, ws, hooks["/chunked/a"]["id"]))["status"] == "delivered"
+
+    for status in (500, 503):
+        failed = got[f"/status/{status}/a"]
+        assert (failed["outcome"], failed["responseStatus"], failed["error"]) == (
+            "http_error",
+            status,
+            f"HTTP {status}",
+        )
+        assert failed["responseBody"] == f"node says {status}"
+
+    reset = got["/reset/a"]
+    assert (reset["outcome"], reset["responseStatus"], reset["error"]) == (
+        "connection_error",
+        None,
+        "connection closed before a response",
+    )
+    assert reset["responseMs"] < 500  # at once, not after a timeout
+
+    hang = got["/hang/a"]
+    assert (hang["outcome"], hang["responseStatus"], hang["error"]) == (
+        "timeout",
+        None,
+        "timeout after 0.5s",
+    )
+    assert 500 <= hang["responseMs"] < 5000
+
+    for path in ("/chunked/a", "/status/500/a", "/status/503/a"):
+        seen = await node.stats(path)
+        assert (seen["verified"], seen["rejected"]) == (1, 0), path
+    assert (await node.stats("/reset/a"))["requests"] == 1
+    assert (await node.stats("/hang/a"))["requests"] == 1
