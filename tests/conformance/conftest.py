@@ -26,10 +26,11 @@ from tests.receiver import EngineFactory
 def engine(make_engine: EngineFactory) -> EngineFactory:
     """Starts an engine on the real clock: the servers take a while to start, and events
     published in SQL are stamped by the database's clock (a test's fake clock, made before
-    the servers, would be seconds behind and claim nothing until it caught up)."""
+    the servers, would be seconds behind and claim nothing until it caught up). A failed
+    attempt is retried an hour later: what a receiver saw is what the first attempts sent."""
 
     async def start(**overrides: Any) -> Engine:
-        return await make_engine(clock_=SystemClock(), **overrides)
+        return await make_engine(clock_=SystemClock(), **{"retry_schedule": (3600.0,), **overrides})
 
     return start
 

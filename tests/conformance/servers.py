@@ -78,7 +78,7 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
             "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
             "-keyout", str(key), "-out", str(cert),
         ],
-        check=True, capture_output=True,
+        check=True, capture_output=True, timeout=60,
     )  # fmt: skip
     return cert, key
 

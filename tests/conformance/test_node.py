@@ -87,7 +87,6 @@ async def test_each_answer_recorded_as_what_it_was(
         None,
         "connection closed before a response",
     )
-    assert reset["responseMs"] < 500  # at once, not after a timeout
 
     hang = got["/hang/a"]
     assert (hang["outcome"], hang["responseStatus"], hang["error"]) == (
