@@ -4,6 +4,8 @@ connection and an answer that never comes each recorded as what it was."""
 
 from __future__ import annotations
 
+import base64
+import os
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -17,7 +19,7 @@ from tests.conformance.delivering import (
 )
 from tests.conformance.servers import Receiver
 from tests.conftest import Workspace
-from tests.engine.helpers import attempted, bulk_publish, publish
+from tests.engine.helpers import attempted, bulk_publish, publish, subscribe
 from tests.receiver import EngineFactory
 
 EVENTS = 40
@@ -59,6 +61,9 @@ async def test_each_answer_recorded_as_what_it_was(
             ("/hang/a", {"timeoutSeconds": 0.5}),
         )
     }
+    # The control: a secret that is not the webhook's, and the receiver refuses the signature.
+    hooks["/signed/wrong"] = await subscribe(client, ws, node.url("/signed/wrong"))
+    await node.secret("/signed/wrong", "whsec_" + base64.b64encode(os.urandom(24)).decode())
     await publish(client, ws)
     await engine(request_timeout=10.0)  # the hang times out by its own 0.5 s
     got = {path: await first_attempt(client, ws, hook["id"]) for path, hook in hooks.items()}
@@ -95,6 +100,15 @@ async def test_each_answer_recorded_as_what_it_was(
         "timeout after 0.5s",
     )
     assert 500 <= hang["responseMs"] < 5000
+
+    refused = got["/signed/wrong"]
+    assert (refused["outcome"], refused["responseStatus"], refused["error"]) == (
+        "http_error",
+        401,
+        "HTTP 401",
+    )
+    assert refused["responseBody"] == "signature rejected"
+    assert (await node.stats("/signed/wrong"))["rejected"] == 1
 
     for path in ("/chunked/a", "/status/500/a", "/status/503/a"):
         seen = await node.stats(path)
