@@ -203,19 +203,26 @@ class NginxLine:
     transfer_encoding: str  # "-" when not chunked
 
 
+# nginx's listeners: plain HTTP, the same closing each connection after CAPPED_REQUESTS
+# requests (`keepalive_requests`: its last answer says `Connection: close`), TLS 1.2 only,
+# TLS 1.3 only.
+LISTENERS = ("http", "http-capped", "tls1.2", "tls1.3")
+CAPPED_REQUESTS = 5
+
+
 @dataclass
 class Nginx:
-    """nginx on three ports: plain HTTP, TLS 1.2 only, TLS 1.3 only; the same locations on
-    each. Webhooks to /signed/... are passed to the Node receiver (which checks signatures):
-    nginx in front of an application, as receivers run it."""
+    """nginx on a port per listener (LISTENERS), the same locations on each. Webhooks to
+    /signed/... are passed to the Node receiver (which checks signatures): nginx in front of
+    an application, as receivers run it."""
 
     server: Server
-    ports: dict[str, int]  # "http", "tls1.2", "tls1.3"
+    ports: dict[str, int]  # LISTENERS
     access_log: Path
     cert: Path
 
     def url(self, path: str, listener: str = "http") -> str:
-        scheme = "http" if listener == "http" else "https"
+        scheme = "https" if listener.startswith("tls") else "http"
         return self.server.url(path, scheme, self.ports[listener])
 
     def lines(self, uri_prefix: str) -> list[NginxLine]:
@@ -265,6 +272,10 @@ def nginx_conf(folder: Path, ports: dict[str, int], upstream: int, cert: Path, k
             keepalive_requests 1000;
             server {{ listen 127.0.0.1:{ports["http"]}; {locations} }}
             server {{
+                listen 127.0.0.1:{ports["http-capped"]};
+                keepalive_requests {CAPPED_REQUESTS}; {locations}
+            }}
+            server {{
                 listen 127.0.0.1:{ports["tls1.2"]} ssl; {tls} ssl_protocols TLSv1.2; {locations}
             }}
             server {{
@@ -277,7 +288,7 @@ def nginx_conf(folder: Path, ports: dict[str, int], upstream: int, cert: Path, k
 async def start_nginx(folder: Path, upstream: int) -> Nginx:
     nginx = needs("nginx", "apt-get install nginx")
     cert, key = self_signed(folder)
-    ports = dict(zip(("http", "tls1.2", "tls1.3"), free_ports(3), strict=True))
+    ports = dict(zip(LISTENERS, free_ports(len(LISTENERS)), strict=True))
     conf = folder / "nginx.conf"
     conf.write_text(nginx_conf(folder, ports, upstream, cert, key))
     args = [nginx, "-c", str(conf), "-p", str(folder), "-e", str(folder / "error.log")]

@@ -18,14 +18,14 @@ from tests.conformance.delivering import (
     signed_webhook,
     wait_delivered,
 )
-from tests.conformance.servers import Nginx, Receiver
+from tests.conformance.servers import CAPPED_REQUESTS, Nginx, Receiver
 from tests.conftest import Workspace
 from tests.engine.helpers import bulk_publish, publish, subscribe
 from tests.receiver import EngineFactory
 
 EVENTS = 40
 CONCURRENCY = 4
-TLS_OF = {"http": "-", "tls1.2": "TLSv1.2", "tls1.3": "TLSv1.3"}
+TLS_OF = {"http": "-", "http-capped": "-", "tls1.2": "TLSv1.2", "tls1.3": "TLSv1.3"}
 
 
 @pytest.fixture
@@ -62,6 +62,31 @@ async def test_delivered_signed_and_kept_alive(
     assert 1 <= len(connections) <= CONCURRENCY  # kept alive ...
     assert max(line.connection_requests for line in logged) >= EVENTS // CONCURRENCY  # ... reused
     assert {a["responseBody"] for a in await attempts(client, ws, hook["id"])} == {"ok"}
+
+
+async def test_a_connection_the_server_closes_is_not_used_again(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    db: Database,
+    nginx: Nginx,
+    node: Receiver,
+    engine: EngineFactory,
+) -> None:
+    """nginx closes each connection after CAPPED_REQUESTS requests, saying so in the last
+    answer (`Connection: close`): the sender opens new ones, and no attempt fails."""
+    url = nginx.url("/signed/a", "http-capped")
+    hook = await signed_webhook(client, ws, url, node, maxConcurrency=CONCURRENCY)
+    await bulk_publish(db, ws, EVENTS)
+    await engine()
+    await wait_delivered(db, hook["id"], EVENTS)
+
+    logged = nginx.lines("/signed/")
+    assert len(logged) == EVENTS  # each request once
+    assert max(line.connection_requests for line in logged) == CAPPED_REQUESTS
+    assert len({line.connection for line in logged}) >= EVENTS // CAPPED_REQUESTS
+    tried = await attempts(client, ws, hook["id"])
+    assert (len(tried), {a["outcome"] for a in tried}) == (EVENTS, {"success"})
+    assert (await node.stats("/signed/a"))["verified"] == EVENTS
 
 
 async def test_each_answer_recorded_as_what_it_was(
