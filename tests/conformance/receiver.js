@@ -1,6 +1,7 @@
 // A webhook receiver on Node.js's own `http` server, for the conformance suite
 // (tests/conformance): it checks each request's Standard Webhooks signature itself and
-// counts the sockets that carried webhooks. Run: node receiver.js PORT (on 127.0.0.1).
+// counts the sockets that carried webhooks. Run: node receiver.js PORT [KEEP_ALIVE_MS] (on
+// 127.0.0.1; KEEP_ALIVE_MS: how long an idle connection is kept, Node's default 5 s if not given).
 //
 // The test tells it each path's signing secret (POST /_control/secret {"path", "secret"});
 // a webhook to a path then answers as the path says:
@@ -10,7 +11,8 @@
 //   /reset/...       the body read, then the TCP connection reset (RST)
 //   /hang/...        never answered (until the client gives up)
 // GET /_control/stats: per path, the requests, the verified and rejected ones, and the
-// sockets that carried them; in all, the sockets the server accepted.
+// sockets that carried them; in all, the sockets the server accepted, and how many of those
+// that carried webhooks are closed.
 "use strict";
 
 const http = require("http");
@@ -20,6 +22,7 @@ const TOLERANCE_SECONDS = 300;
 const secrets = new Map();
 const paths = new Map();
 let socketsAccepted = 0;
+let socketsClosed = 0;
 let nextSocket = 0;
 
 function statsOf(path) {
@@ -63,7 +66,7 @@ function control(req, res, body) {
                     sockets: s.sockets.size, ids: s.ids };
     }
     res.writeHead(200, { "content-type": "application/json" });
-    res.end(JSON.stringify({ socketsAccepted, paths: out }));
+    res.end(JSON.stringify({ socketsAccepted, socketsClosed, paths: out }));
   } else {
     res.writeHead(404).end();
   }
@@ -114,7 +117,13 @@ const server = http.createServer((req, res) => {
     else webhook(req, res, body);
   });
 });
-server.on("connection", () => { socketsAccepted += 1; });
+server.on("connection", (socket) => {
+  socketsAccepted += 1;
+  socket.on("close", () => {
+    if (socket.conformanceId !== undefined) socketsClosed += 1;
+  });
+});
+if (process.argv[3] !== undefined) server.keepAliveTimeout = Number(process.argv[3]);
 server.listen(Number(process.argv[2]), "127.0.0.1", () => {
   console.log(`listening on ${server.address().port}`);
 });

@@ -148,22 +148,28 @@ class Receiver:
             async with http.post(self.url("/_control/secret"), json=body) as resp:
                 assert resp.status == 204, await resp.text()
 
+    async def all_stats(self) -> dict[str, Any]:
+        async with aiohttp.ClientSession() as http, http.get(self.url("/_control/stats")) as resp:
+            assert resp.status == 200, await resp.text()
+            seen: dict[str, Any] = await resp.json()
+        return seen
+
     async def stats(self, path: str) -> dict[str, Any]:
         """What it saw at `path`: requests, verified, rejected, sockets (that carried them),
         ids (the `webhook-id` of each verified request)."""
-        async with aiohttp.ClientSession() as http, http.get(self.url("/_control/stats")) as resp:
-            assert resp.status == 200, await resp.text()
-            seen: dict[str, dict[str, Any]] = (await resp.json())["paths"]
+        seen: dict[str, dict[str, Any]] = (await self.all_stats())["paths"]
         empty = {"requests": 0, "verified": 0, "rejected": 0, "sockets": 0, "ids": []}
         return seen.get(path, empty)
 
 
-async def start_node(folder: Path) -> Server:
+async def start_node(folder: Path, keep_alive_ms: int | None = None) -> Server:
+    """receiver.js on Node; `keep_alive_ms`: how long it keeps an idle connection (else
+    Node's default, 5 s)."""
     node = needs("node", "apt-get install nodejs")
     port = free_port()
-    server = await spawn(
-        "node", [node, str(HERE / "receiver.js"), str(port)], folder / "node.log", port
-    )
+    args = [node, str(HERE / "receiver.js"), str(port)]
+    args += [] if keep_alive_ms is None else [str(keep_alive_ms)]
+    server = await spawn("node", args, folder / "node.log", port)
     await server.until_listening()
     return server
 

@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import base64
 import os
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
 from dispatcher.store.database import Database
 from tests.conformance.delivering import (
+    attempts,
     delivery_ids,
     first_attempt,
     signed_webhook,
     wait_delivered,
 )
-from tests.conformance.servers import Receiver
-from tests.conftest import Workspace
+from tests.conformance.servers import Receiver, start_node
+from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import attempted, bulk_publish, publish, subscribe
 from tests.receiver import EngineFactory
 
@@ -115,3 +117,35 @@ async def test_each_answer_recorded_as_what_it_was(
         assert (seen["verified"], seen["rejected"]) == (1, 0), path
     assert (await node.stats("/reset/a"))["requests"] == 1
     assert (await node.stats("/hang/a"))["requests"] == 1
+
+
+async def test_a_connection_closed_while_idle_is_not_used_again(
+    client: TestClient[Any, Any],
+    ws: Workspace,
+    db: Database,
+    tmp_path: Path,
+    engine: EngineFactory,
+) -> None:
+    """Node closes a connection idle for 200 ms (its keepAliveTimeout; 5 s by default, less
+    than the sender's 15 s): the next delivery goes out on a new connection, and succeeds."""
+    (tmp_path / "short").mkdir()
+    server = await start_node(tmp_path / "short", keep_alive_ms=200)
+    try:
+        short = Receiver(server)
+        hook = await signed_webhook(client, ws, short.url("/signed/idle"), short)
+        await publish(client, ws, "CT1")
+        await engine()
+        await wait_delivered(db, hook["id"], 1)
+
+        async def closed_by_node() -> bool:
+            return bool((await short.all_stats())["socketsClosed"] >= 1)
+
+        await wait_for(closed_by_node, message="Node closing the idle connection")
+        await publish(client, ws, "CT2")
+        await wait_delivered(db, hook["id"], 2)
+        seen = await short.stats("/signed/idle")
+        assert (seen["requests"], seen["verified"], seen["sockets"]) == (2, 2, 2)
+        tried = await attempts(client, ws, hook["id"])
+        assert [a["outcome"] for a in tried] == ["success", "success"]
+    finally:
+        await server.stop()
