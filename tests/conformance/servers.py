@@ -1,7 +1,7 @@
 """The real HTTP servers of the conformance suite, started on free loopback ports: Debian's
 nginx (plain HTTP/1.1, and TLS 1.2 and TLS 1.3 with a self-signed certificate made here),
 a Node.js `http` server (receiver.js), and the ASGI servers uvicorn and hypercorn serving
-asgi_receiver.py. None of them is written here: only what they answer is.
+asgi_receiver.py. The servers are not written here: only the small applications behind them.
 
 A server that is not installed skips its tests, saying how to install it, except in CI (the
 `CI` variable set), where it fails them: CI installs every one (.ci/run, the `dev` extra).
@@ -264,7 +264,7 @@ def nginx_conf(folder: Path, ports: dict[str, int], upstream: int, cert: Path, k
         {user}
         worker_processes 1;
         pid {folder}/nginx.pid;
-        error_log {folder}/error.log warn;
+        error_log stderr warn;
         events {{ worker_connections 512; }}
         http {{
             log_format conformance '{NGINX_LOG_FORMAT}';
@@ -297,7 +297,7 @@ async def start_nginx(folder: Path, upstream: int) -> Nginx:
     ports = dict(zip(LISTENERS, free_ports(len(LISTENERS)), strict=True))
     conf = folder / "nginx.conf"
     conf.write_text(nginx_conf(folder, ports, upstream, cert, key))
-    args = [nginx, "-c", str(conf), "-p", str(folder), "-e", str(folder / "error.log")]
+    args = [nginx, "-c", str(conf), "-p", str(folder), "-e", "stderr"]
     server = await spawn("nginx", [*args, "-g", "daemon off;"], folder / "nginx.log", ports["http"])
     for port in ports.values():
         await server.until_listening(port)
