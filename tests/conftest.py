@@ -236,7 +236,10 @@ async def wait_for(
 # The engine, observability and CLI folders run the delivery engine against real receivers
 # and timers, real traffic through metrics and traces, or the CLI: integration tests, not unit
 # or API ones, and together half the lane's time (about 50 s of 122 s measured on two workers).
-SLOW_FOLDERS = frozenset({"e2e", "chaos", "scale", "deploy", "engine", "observability", "cli"})
+# The conformance folder starts real servers (nginx, Node.js, uvicorn, hypercorn) per test.
+SLOW_FOLDERS = frozenset(
+    {"e2e", "chaos", "scale", "deploy", "engine", "observability", "cli", "conformance"}
+)
 SLOW_TESTS = (
     "tests/cli/test_cli.py",  # runs `dispatcher` as a child process for each test
     "tests/cli/test_embedded_missing.py",  # child processes
