@@ -313,7 +313,8 @@ class EventDoc:
     example: Mapping[str, Any]
 
 
-# The headers of every delivery (Standard Webhooks; docs/webhooks.md, "Verifying").
+# The headers of every delivery (Standard Webhooks; docs/webhooks.md, "Secrets and
+# signatures").
 DELIVERY_HEADERS = {
     "webhook-id": "the delivery's id (`WD…`): the same on every attempt",
     "webhook-timestamp": "when this attempt was signed, in seconds since the epoch",
@@ -321,9 +322,12 @@ DELIVERY_HEADERS = {
     "when a rotation's previous secret signs too",
 }
 ENVELOPE = "EventEnvelope"
+# The envelope around each example's data (its id and time are examples too).
+EXAMPLE_EVENT_ID = "EV1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f"
+EXAMPLE_CREATED_AT = "2026-11-21T04:36:12.123Z"
 
 
-def _webhook(event: EventDoc, example_at: str) -> dict[str, Any]:
+def _webhook(event: EventDoc) -> dict[str, Any]:
     """One event type as a `webhooks` entry: the POST a subscription's URL receives."""
     envelope = {
         "allOf": [_ref(ENVELOPE)],
@@ -334,10 +338,10 @@ def _webhook(event: EventDoc, example_at: str) -> dict[str, Any]:
         },
     }
     example = {
-        "id": "EV1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f",
+        "id": EXAMPLE_EVENT_ID,
         "type": event.name,
         "apiVersion": API_VERSION,
-        "createdAt": example_at,
+        "createdAt": EXAMPLE_CREATED_AT,
         "data": dict(event.example),
     }
     return {
@@ -383,7 +387,7 @@ def document(declared: Sequence[Route], events: Sequence[EventDoc] = ()) -> dict
         shapes[ENVELOPE] = ("serialization", EventEnvelope)
     for event in events:
         shapes[component_name(event.data)] = ("serialization", event.data)
-    webhooks = {event.name: _webhook(event, "2026-11-21T04:36:12.123Z") for event in events}
+    webhooks = {event.name: _webhook(event) for event in events}
     return {
         "openapi": "3.1.0",
         "info": {"title": "dispatcher", "version": __version__},
