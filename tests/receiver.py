@@ -15,6 +15,7 @@ from dispatcher.domain.clock import Clock
 from dispatcher.engine.worker import Engine
 from dispatcher.settings import Settings
 from dispatcher.store.database import Database
+from tests.catalog_check import body_problems
 from tests.clock import FakeClock
 
 
@@ -74,7 +75,10 @@ def answer(status: int, headers: dict[str, str] | None = None, body: bytes = b""
 
 
 @pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
+async def receiver(request: pytest.FixtureRequest) -> AsyncIterator[Receiver]:
+    """A receiver on loopback. When the test ends, every event envelope it got is checked
+    against the event catalog's schema of its type (tests/catalog_check.py): a delivery the
+    catalog does not describe fails the test that produced it."""
     state = Receiver()
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", state.handle)
@@ -86,6 +90,11 @@ async def receiver() -> AsyncIterator[Receiver]:
     yield state
     state.release.set()
     await runner.cleanup()
+    if request.node.get_closest_marker("free_event_data") is None:
+        problems = body_problems(r.body for r in state.requests)
+        assert not problems, "deliveries the event catalog does not describe:\n" + "\n".join(
+            problems[:10]
+        )
 
 
 EngineFactory = Callable[..., Awaitable[Engine]]

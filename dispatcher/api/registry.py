@@ -16,6 +16,7 @@ from dispatcher.api import (
     admin,
     attempts,
     conversations,
+    event_types,
     events,
     health,
     inbound,
@@ -31,6 +32,7 @@ from dispatcher.api.framework.context import PUBLIC
 from dispatcher.api.framework.http import json_response
 from dispatcher.api.framework.query import RouteInputs
 from dispatcher.api.framework.routing import Routes, declared_routes
+from dispatcher.domain.catalog import CATALOG
 
 routes = Routes()
 
@@ -47,6 +49,7 @@ ROUTE_TABLES: tuple[Routes, ...] = (
     attempts.routes,
     stats.routes,
     events.routes,
+    event_types.routes,
     metrics.routes,
     portal.routes,
     admin.routes,
@@ -54,8 +57,13 @@ ROUTE_TABLES: tuple[Routes, ...] = (
 
 
 def document() -> dict[str, Any]:
-    """The OpenAPI document of every route of the API."""
-    return generated.document(declared_routes(*ROUTE_TABLES))
+    """The OpenAPI document of every route of the API, and of every event type a delivery can
+    carry (its `webhooks`: domain/catalog.py)."""
+    events = [
+        generated.EventDoc(entry.name, entry.description, entry.data, entry.example)
+        for entry in CATALOG
+    ]
+    return generated.document(declared_routes(*ROUTE_TABLES), events)
 
 
 def route_inputs() -> dict[tuple[str, str], RouteInputs]:

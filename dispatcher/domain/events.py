@@ -7,6 +7,8 @@ attempt sends the bytes stored; its shape is `domain.resources.EventEnvelope`.
 
 from __future__ import annotations
 
+from typing_extensions import TypedDict
+
 from dispatcher.domain.enums import CallStatus
 
 # Date-form version label carried by every envelope: the one functions.sql's dispatcher_envelope
@@ -14,6 +16,17 @@ from dispatcher.domain.enums import CallStatus
 API_VERSION = "2026-11-01"
 
 TEST_EVENT = "webhook.test"
+
+
+class WebhookTestData(TypedDict):
+    """`webhook.test`: the webhook the test was sent to (`POST /v1/webhooks/{id}/test`)."""
+
+    id: str
+
+
+def webhook_test_data(webhook_id: str) -> WebhookTestData:
+    return {"id": webhook_id}
+
 
 # What an event type looks like (`contact.updated`); functions.sql's dispatcher_publish_event
 # refuses any other.

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired
+
+from typing_extensions import TypedDict
 
 from dispatcher.domain.clock import isoformat
 from dispatcher.domain.enums import DeliveryStatus, DisabledReason
@@ -34,6 +36,54 @@ from dispatcher.domain.events import (
     WEBHOOK_ENABLED,
 )
 from dispatcher.domain.outcomes import GiveUpReason
+from dispatcher.domain.resources import Timestamp
+
+# The data each operational event carries: the one description of it, which the builders
+# below are held to (mypy) and the event catalog publishes as its JSON Schema
+# (domain/catalog.py, `GET /v1/event-types`). `workspaceId` is only in the operator sink's
+# copy (`for_operator`).
+
+
+class WebhookDisabledData(TypedDict):
+    """`webhook.disabled`: the subscription that stopped, why, and when."""
+
+    id: str
+    reason: DisabledReason
+    disabledAt: Timestamp
+    workspaceId: NotRequired[str]
+
+
+class WebhookEnabledData(TypedDict):
+    """`webhook.enabled`: the subscription its owner enabled again."""
+
+    id: str
+    workspaceId: NotRequired[str]
+
+
+class DeliveryExhaustedData(TypedDict):
+    """`delivery.exhausted`: the delivery that ended failed, its event, and its last error."""
+
+    id: str
+    webhookId: str
+    eventId: str
+    eventType: str
+    attempts: int
+    lastError: str | None
+    workspaceId: NotRequired[str]
+
+
+class DeliveryRecoveredData(TypedDict):
+    """`delivery.recovered`: the delivery that succeeded after a failed attempt."""
+
+    id: str
+    webhookId: str
+    attempts: int
+    workspaceId: NotRequired[str]
+
+
+OperationalData = (
+    WebhookDisabledData | WebhookEnabledData | DeliveryExhaustedData | DeliveryRecoveredData
+)
 
 # Why a delivery was given up, when it is worth a `delivery.exhausted`: the schedule ran out,
 # or the receiver said it is gone. (A webhook disabled or deleted under it is not.)
@@ -46,7 +96,7 @@ class Operational:
 
     workspace_id: str
     event_type: str
-    data: dict[str, Any]
+    data: OperationalData
     about: str  # the webhook it is about: never delivered there
 
 
@@ -70,12 +120,17 @@ class SettledAttempt:
 def webhook_disabled(
     workspace_id: str, webhook_id: str, reason: DisabledReason, at: datetime
 ) -> Operational:
-    data = {"id": webhook_id, "reason": str(reason), "disabledAt": isoformat(at)}
+    data: WebhookDisabledData = {
+        "id": webhook_id,
+        "reason": DisabledReason(reason),
+        "disabledAt": isoformat(at),
+    }
     return Operational(workspace_id, WEBHOOK_DISABLED, data, webhook_id)
 
 
 def webhook_enabled(workspace_id: str, webhook_id: str) -> Operational:
-    return Operational(workspace_id, WEBHOOK_ENABLED, {"id": webhook_id}, webhook_id)
+    data: WebhookEnabledData = {"id": webhook_id}
+    return Operational(workspace_id, WEBHOOK_ENABLED, data, webhook_id)
 
 
 def about_attempt(settled: SettledAttempt) -> Operational | None:
@@ -83,7 +138,7 @@ def about_attempt(settled: SettledAttempt) -> Operational | None:
     if settled.event_type in OPERATIONAL_TYPES:
         return None  # no cascades
     if settled.status == DeliveryStatus.FAILED and settled.given_up in EXHAUSTING:
-        data: dict[str, Any] = {
+        exhausted: DeliveryExhaustedData = {
             "id": settled.delivery_id,
             "webhookId": settled.webhook_id,
             "eventId": settled.event_id,
@@ -91,14 +146,14 @@ def about_attempt(settled: SettledAttempt) -> Operational | None:
             "attempts": settled.attempts,
             "lastError": settled.last_error,
         }
-        return Operational(settled.workspace_id, DELIVERY_EXHAUSTED, data, settled.webhook_id)
+        return Operational(settled.workspace_id, DELIVERY_EXHAUSTED, exhausted, settled.webhook_id)
     if settled.status == DeliveryStatus.DELIVERED and settled.failed_before:
-        data = {
+        recovered: DeliveryRecoveredData = {
             "id": settled.delivery_id,
             "webhookId": settled.webhook_id,
             "attempts": settled.attempts,
         }
-        return Operational(settled.workspace_id, DELIVERY_RECOVERED, data, settled.webhook_id)
+        return Operational(settled.workspace_id, DELIVERY_RECOVERED, recovered, settled.webhook_id)
     return None
 
 

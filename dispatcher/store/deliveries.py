@@ -13,7 +13,7 @@ from datetime import datetime
 import asyncpg
 
 from dispatcher.domain.enums import AttemptTrigger
-from dispatcher.domain.events import TEST_EVENT
+from dispatcher.domain.events import TEST_EVENT, webhook_test_data
 from dispatcher.errors import Conflict, NotFound
 from dispatcher.store import events, expunge, webhooks
 from dispatcher.store.database import Connection, Database, fetch_one
@@ -95,7 +95,7 @@ async def create_test(
             workspace_id=workspace_id,
             event_type=TEST_EVENT,
             number_id=None,
-            data={"id": webhook_id},
+            data=webhook_test_data(webhook_id),
             source="test",
             created_at=now,
             webhook_ids=[webhook_id],

@@ -6,6 +6,7 @@ import { api, forgetKey, keepKey, savedKey, whenUnauthorized } from "./api.js";
 import { conversationPage, conversationsPage } from "./conversations.js";
 import { deliveriesPage, deliveryPage } from "./deliveries.js";
 import { h, show } from "./dom.js";
+import { eventTypesPage } from "./event-types.js";
 import { eventPage, eventsPage } from "./events.js";
 import { exchange, inPortal, takeSecret } from "./portal.js";
 import { can, loadCatalog, session } from "./session.js";
@@ -21,6 +22,7 @@ const ROUTES = [
   [new RegExp(`^/webhooks/${ID}/deliveries/${ID}$`), deliveryPage],
   [new RegExp("^/events$"), eventsPage],
   [new RegExp(`^/events/${ID}$`), eventPage],
+  [new RegExp("^/event-types$"), eventTypesPage],
   [new RegExp("^/conversations$"), conversationsPage],
   [new RegExp(`^/conversations/${ID}$`), conversationPage],
 ];
@@ -29,6 +31,7 @@ const SECTIONS = [
   ["#/webhooks", "Webhooks", "webhooks:read"],
   ["#/events", "Events", "events:read"],
   ["#/conversations", "Conversations", "conversations:read"],
+  ["#/event-types", "Event types", null], // any key may read the catalog
 ];
 
 const view = () => document.getElementById("view");
@@ -104,7 +107,7 @@ function markSection(path) {
 function header() {
   const me = session.me;
   show(document.getElementById("nav"),
-    SECTIONS.filter(([, , scope]) => can(scope)).map(([href, caption]) => h("a", { href }, caption)));
+    SECTIONS.filter(([, , scope]) => scope === null || can(scope)).map(([href, caption]) => h("a", { href }, caption)));
   const readOnly = !me.scopes.some((scope) => scope.endsWith(":write"));
   show(document.getElementById("who"),
     h("span", { class: "workspace", title: `${inPortal ? "portal session" : "key"} ${me.keyId}` }, me.workspaceId),

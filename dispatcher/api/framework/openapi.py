@@ -17,6 +17,7 @@ a PATCH), and every rule the models enforce is stated (api/models.py, `documente
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import TypeAdapter
@@ -29,6 +30,8 @@ from dispatcher.api.framework.operations import Route, operation_id
 from dispatcher.api.framework.shapes import ErrorBody, Page
 from dispatcher.domain import ids, json_values
 from dispatcher.domain.enums import ALSO_GRANTED_BY
+from dispatcher.domain.events import API_VERSION, EVENT_TYPE_PATTERN
+from dispatcher.domain.resources import EventEnvelope
 from dispatcher.domain.text import NO_NUL_PATTERN
 
 REF_TEMPLATE = "#/components/schemas/{model}"
@@ -100,6 +103,15 @@ PATH_IDS = {
 }
 
 
+# Path parameters that are not ids, with the pattern of their values (an event type: the
+# catalog answers 404 for one it does not list).
+PATH_PATTERNS = {"event_type": f"^{EVENT_TYPE_PATTERN}$"}
+
+
+def _path_pattern(name: str) -> str:
+    return PATH_PATTERNS.get(name) or ids.pattern(PATH_IDS[name])
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": REF_TEMPLATE.format(model=name)}
 
@@ -139,7 +151,7 @@ def _parameters(route: Route) -> list[dict[str, Any]]:
             "name": part[1:-1],
             "in": "path",
             "required": True,
-            "schema": {"type": "string", "pattern": ids.pattern(PATH_IDS[part[1:-1]])},
+            "schema": {"type": "string", "pattern": _path_pattern(part[1:-1])},
         }
         for part in route.path.split("/")
         if part.startswith("{")
@@ -281,16 +293,107 @@ def schemas(shapes: Mapping[str, tuple[SchemaMode, Any]]) -> dict[str, Any]:
     return dict(sorted(_rename_refs(titled, renames).items()))
 
 
-def document(declared: Sequence[Route]) -> dict[str, Any]:
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def json_schema(shape: Any) -> dict[str, Any]:
+    """The JSON Schema (2020-12) of `shape` on its own: its definitions under `$defs`, with
+    `$schema` naming the dialect (pydantic's generator, as the document's components use it)."""
+    schema = TypeAdapter(shape).json_schema(mode="serialization", schema_generator=_Schemas)
+    return {"$schema": JSON_SCHEMA_DIALECT, **schema}
+
+
+@dataclass(frozen=True)
+class EventDoc:
+    """An event type as the document's `webhooks` show it: the envelope of a delivery, with
+    `type` that name and `data` of type `data` (a TypedDict, a component of its own)."""
+
+    name: str
+    description: str
+    data: Any
+    example: Mapping[str, Any]
+
+
+# The headers of every delivery (Standard Webhooks; docs/webhooks.md, "Secrets and
+# signatures").
+DELIVERY_HEADERS = {
+    "webhook-id": "the delivery's id (`WD…`): the same on every attempt",
+    "webhook-timestamp": "when this attempt was signed, in seconds since the epoch",
+    "webhook-signature": "`v1,<base64 HMAC-SHA256>` of `id.timestamp.body`, space-separated "
+    "when a rotation's previous secret signs too",
+}
+ENVELOPE = "EventEnvelope"
+# The envelope around each example's data (its id and time are examples too).
+EXAMPLE_EVENT_ID = "EV1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f"
+EXAMPLE_CREATED_AT = "2026-11-21T04:36:12.123Z"
+
+
+def _webhook(event: EventDoc) -> dict[str, Any]:
+    """One event type as a `webhooks` entry: the POST a subscription's URL receives."""
+    envelope = {
+        "allOf": [_ref(ENVELOPE)],
+        "type": "object",
+        "properties": {
+            "type": {"const": event.name},
+            "data": {"anyOf": [_ref(component_name(event.data)), {"type": "null"}]},
+        },
+    }
+    example = {
+        "id": EXAMPLE_EVENT_ID,
+        "type": event.name,
+        "apiVersion": API_VERSION,
+        "createdAt": EXAMPLE_CREATED_AT,
+        "data": dict(event.example),
+    }
+    return {
+        "post": {
+            "operationId": "event_" + event.name.replace(".", "_"),
+            "summary": event.name,
+            "description": event.description,
+            "parameters": [
+                {
+                    "name": name,
+                    "in": "header",
+                    "required": True,
+                    "description": description,
+                    "schema": {"type": "string"},
+                }
+                for name, description in DELIVERY_HEADERS.items()
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": envelope, "example": example}},
+            },
+            "responses": {
+                "2XX": {"description": "received: any 2xx ends the delivery"},
+                "410": {"description": "gone: the webhook is disabled (reason `gone`)"},
+                "default": {
+                    "description": "any other answer, or none in time, is retried on the "
+                    "webhook's schedule"
+                },
+            },
+        }
+    }
+
+
+def document(declared: Sequence[Route], events: Sequence[EventDoc] = ()) -> dict[str, Any]:
     """The document of the routes `declared`, in their order (api/registry.py hands it every
-    route of the API)."""
+    route of the API), and of the event types `events` a subscription's URL receives (its
+    top-level `webhooks`)."""
     paths: dict[str, dict[str, Any]] = {}
     for route in declared:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    shapes = _shapes(declared)
+    if events:
+        shapes[ENVELOPE] = ("serialization", EventEnvelope)
+    for event in events:
+        shapes[component_name(event.data)] = ("serialization", event.data)
+    webhooks = {event.name: _webhook(event) for event in events}
     return {
         "openapi": "3.1.0",
         "info": {"title": "dispatcher", "version": __version__},
         "paths": paths,
+        "webhooks": webhooks,
         "tags": [
             {
                 "name": ADMIN_TAG,
@@ -299,7 +402,7 @@ def document(declared: Sequence[Route]) -> dict[str, Any]:
             }
         ],
         "components": {
-            "schemas": schemas(_shapes(declared)),
+            "schemas": schemas(shapes),
             "securitySchemes": {
                 "bearer": {
                     "type": "http",
