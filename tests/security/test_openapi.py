@@ -143,9 +143,11 @@ def test_the_documented_patterns_agree_with_the_validators() -> None:
 
 
 def test_every_route_is_documented_and_every_documented_route_exists(services: Services) -> None:
-    """Every route of the API; the console's static files (api/console/) are not the API."""
+    """Every route of the API; the console's static files (api/console/) and its page for a
+    portal link (`/console/PS…`) are not the API."""
     app = create_app(services)
     console_paths = {d.path for d in console.routes if isinstance(d, web.RouteDef)}
+    console_paths.add(f"{console.PREFIX}/{{portal_session_id}}")  # portal.page_routes
     served = {
         (route.method.lower(), route.resource.canonical)
         for route in app.router.routes()
