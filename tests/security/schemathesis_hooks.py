@@ -35,6 +35,12 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
         "must be at most .* bytes|must hold at most|its arrays must hold at most"
         "|an array in a filter holds only|an element of a filter's array",
     ),
+    # Mutual TLS: whether a PEM holds a readable certificate or key, the key matches the
+    # certificate, and the dates (domain/tls.py), stated in its description.
+    (
+        r"body\.tls\.(clientCertificate|clientKey|caCertificate)",
+        "is not PEM|is not a valid|does not match|has expired|is not valid yet|is encrypted",
+    ),
 )
 
 
