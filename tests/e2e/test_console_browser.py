@@ -25,6 +25,7 @@ from tests.browser import PHONE, Browser
 from tests.conftest import wait_for
 from tests.processes import free_port, read_until, start, stop, until_ready
 from tests.receiver import Receiver, answer
+from tests.tls_certificates import Authority
 
 T = TypeVar("T")
 
@@ -388,3 +389,24 @@ async def test_the_webhook_form_takes_its_bounds_from_the_api_document(
     )
     assert f"{low}..{high}; empty: the service default" in found["hints"]
     assert found["retrySchedule"] == "textarea"
+
+
+def mutual_tls_shown(browser: Browser, hook_id: str) -> str:
+    browser.open(f"#/webhooks/{hook_id}")
+    browser.wait(lambda d: "mutual TLS" in text_of(d, "dl.settings"), "the webhook's settings")
+    return text_of(browser.driver, "main")
+
+
+async def test_the_webhook_page_shows_mutual_tls_never_its_key(
+    browser: Browser, service: Service
+) -> None:
+    browser.base = service.base
+    issued = Authority().issue("console client")
+    tls = {"clientCertificate": issued.certificate, "clientKey": issued.key}
+    body = {"url": "https://hooks.example.com/in", "events": ["contact.updated"], "tls": tls}
+    hook = await service.call("POST", "/v1/webhooks", json=body)
+    await step(sign_in, browser, service.key)
+    shown = await step(mutual_tls_shown, browser, hook["id"])
+    assert "on: client certificate CN=console client" in shown
+    assert "the system's CAs" in shown
+    assert issued.key.splitlines()[1] not in browser.driver.page_source
