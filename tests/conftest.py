@@ -33,7 +33,10 @@ from tests.databases import Databases, with_database
 pytest_plugins = ["tests.receiver", "tests.browser"]
 
 
-SECRET_SHAPES = re.compile(r"whsec_[A-Za-z0-9+/]{16,}|dk_[A-Za-z0-9_-]{16,}")
+# (And a PEM private key's body: a webhook's mutual TLS `clientKey`.)
+SECRET_SHAPES = re.compile(
+    r"whsec_[A-Za-z0-9+/]{16,}|dk_[A-Za-z0-9_-]{16,}|PRIVATE KEY-----(\\n|\s)*[A-Za-z0-9+/]{16,}"
+)
 # The admin token of the `settings` fixture's services (the admin API is on in the API tests).
 ADMIN_TOKEN = "test-admin-token-" + "0123456789abcdef" * 2
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
