@@ -53,6 +53,11 @@ STATEFUL_CODES = {
 }
 
 
+# A NUL anywhere in the path or the query is refused before any route (api/framework/http.py),
+# e.g. in an opaque `cursor`, whose schema (any string) cannot exclude it.
+NUL_IN_URL = "the URL must not contain NUL (%00)"
+
+
 def _inexpressible(error: dict[str, Any]) -> bool:
     return any(
         re.fullmatch(path, error.get("path", "")) and re.search(message, error.get("message", ""))
@@ -71,6 +76,8 @@ def filter_failure(ctx: Any, failure: Any, case: Any, response: Any) -> bool:
     except ValueError:
         return True
     if body.get("code") in STATEFUL_CODES:
+        return False
+    if body.get("message") == NUL_IN_URL:
         return False
     errors = body.get("errors") or []
     return not (errors and all(_inexpressible(error) for error in errors))
