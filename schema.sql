@@ -239,7 +239,12 @@ CREATE TABLE IF NOT EXISTS webhooks (
         CHECK (cardinality(retry_schedule) BETWEEN 1 AND 20
                AND array_ndims(retry_schedule) = 1
                AND 1 <= ALL (retry_schedule) AND 86400 >= ALL (retry_schedule)
-               AND array_position(retry_schedule, NULL) IS NULL)
+               AND array_position(retry_schedule, NULL) IS NULL),
+    -- Mutual TLS: `{"clientCertificate", "clientKey", "caCertificate"}` (PEM; the CA may be
+    -- null), checked by the API (dispatcher/domain/tls.py); NULL: none. Like `secret_headers`,
+    -- kept as given since the engine uses it; answers never carry `clientKey`.
+    -- (Last: schema 21 added it.)
+    tls                         jsonb CHECK (jsonb_typeof(tls) = 'object')
 );
 CREATE INDEX IF NOT EXISTS webhooks_page
     ON webhooks (workspace_id, created_at DESC, id DESC) WHERE deleted_at IS NULL;

@@ -49,7 +49,7 @@ class _Wire(asyncio.Transport):
 async def lean(payload: bytes, count: int) -> float:
     loop_allowed = (ipaddress.ip_network("127.0.0.0/8"),)
     client = http1.Http1Client(timeout=1, allowed=loop_allowed, max_connections=1)
-    conn = http1._Connection(client, ("http", "127.0.0.1", 80))
+    conn = http1._Connection(client, ("http", "127.0.0.1", 80, ""))
     conn.connection_made(_Wire())
     client._release = lambda conn: None  # type: ignore[method-assign]
     started = time.process_time()

@@ -11,14 +11,19 @@ from typing import Any
 import orjson
 import structlog
 
+from dispatcher.domain.redaction import PEM_KEY_MARK, private_keys
+
 _SECRET_KEYS = ("secret", "password", "authorization", "api_key", "key", "token")
 
 
 def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """Last line of defence: values under secret-sounding keys never reach the output."""
-    for name in list(event):
+    """Last line of defence: values under secret-sounding keys never reach the output, nor a
+    PEM private key (a webhook's `tls.clientKey`) under any key."""
+    for name, value in list(event.items()):
         if _secret_sounding(name):
             event[name] = "***"
+        elif isinstance(value, str) and PEM_KEY_MARK in value:
+            event[name] = private_keys(value)
     return event
 
 

@@ -33,8 +33,12 @@ from tests.databases import Databases, with_database
 pytest_plugins = ["tests.receiver", "tests.browser"]
 
 
-# Signing secrets, API keys, and portal links' secrets and credentials (dpl_, dps_).
-SECRET_SHAPES = re.compile(r"whsec_[A-Za-z0-9+/]{16,}|(dk|dpl|dps)_[A-Za-z0-9_-]{16,}")
+# Signing secrets, API keys, portal links' secrets and credentials (dpl_, dps_), and a PEM
+# private key's body (a webhook's mutual TLS `clientKey`).
+SECRET_SHAPES = re.compile(
+    r"whsec_[A-Za-z0-9+/]{16,}|(dk|dpl|dps)_[A-Za-z0-9_-]{16,}"
+    r"|PRIVATE KEY-----(\\n|\s)*[A-Za-z0-9+/]{16,}"
+)
 # The admin token of the `settings` fixture's services (the admin API is on in the API tests).
 ADMIN_TOKEN = "test-admin-token-" + "0123456789abcdef" * 2
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

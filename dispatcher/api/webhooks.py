@@ -14,7 +14,7 @@ with what the API makes of it (a name "" clears it, a `{}` filter is none, the a
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import structlog
@@ -22,6 +22,7 @@ from aiohttp import web
 from pydantic import MISSING, AwareDatetime, Field, create_model
 from typing_extensions import TypedDict
 
+from dispatcher.api.endpoint_tls import Tls, TlsOut, stored_tls, tls_out
 from dispatcher.api.framework.context import Services
 from dispatcher.api.framework.found import found, not_found
 from dispatcher.api.framework.pagination import Listing, PageQuery
@@ -111,6 +112,7 @@ class _CreateFields(Body):
     filter: PayloadFilter | None = None
     rateLimit: RateLimit | None = None
     ordering: Ordering = Field(default=Ordering.NONE, strict=False)
+    tls: Tls | None = None  # mutual TLS (api/endpoint_tls.py)
 
 
 # (PassedOptions first: pydantic orders the fields base by base from the last, so its come last.)
@@ -131,6 +133,7 @@ class _UpdateFields(Body):
     headers: HeaderMap | None = None
     secretHeaders: HeaderMap | None = None
     filter: PayloadFilter | None = None
+    tls: Tls | None = None  # replaced whole; null removes it
 
 
 class UpdateWebhook(PassedOptions, _UpdateFields):
@@ -168,6 +171,7 @@ class _WebhookFields(TypedDict):
     filter: dict[str, Any] | None
     rateLimit: int | None
     ordering: Ordering
+    tls: TlsOut | None
 
 
 class Webhook(_WebhookFields, PassedOptionsOut):
@@ -216,6 +220,7 @@ def webhook(row: WebhookRow, default_concurrency: int) -> Webhook:
         "filter": options.payload_filter,
         "rateLimit": options.rate_limit,
         "ordering": Ordering(options.ordering),
+        "tls": tls_out(options.tls),
         **_passed_out(options),
     }
 
@@ -288,6 +293,7 @@ async def create_webhook(
         payload_filter=stored_filter(body.filter),
         rate_limit=body.rateLimit,
         ordering=body.ordering,
+        tls=stored_tls(body.tls, svc.clock.now()),
         **_passed_in(body),
     )
     await webhooks.create(
@@ -307,7 +313,7 @@ async def get_webhook(request: web.Request, svc: Services, key: ApiKey) -> Webho
     return _webhook(svc, found(row, "webhook"))
 
 
-def _changes(body: UpdateWebhook) -> WebhookChanges:
+def _changes(body: UpdateWebhook, now: datetime) -> WebhookChanges:
     """The PATCH as the store takes it: each field present (a null `url`, `events` or
     `enabled` was refused by the model), by column, its null or empty value made what is
     stored."""
@@ -335,6 +341,8 @@ def _changes(body: UpdateWebhook) -> WebhookChanges:
         changes["ordering"] = body.ordering or Ordering.NONE  # null returns to the default
     if body.enabled is not MISSING:
         changes["enabled"] = body.enabled
+    if "tls" in present:
+        changes["tls"] = stored_tls(body.tls, now)
     changes.update(cast(WebhookChanges, _passed_in(body, present)))
     return changes
 
@@ -344,7 +352,7 @@ async def update_webhook(
     request: web.Request, svc: Services, key: ApiKey, body: UpdateWebhook
 ) -> Rendered[Webhook]:
     present = body.model_fields_set
-    changes = _changes(body)
+    changes = _changes(body, svc.clock.now())
     header_changes = present & set(HEADER_FIELDS)
 
     def check(current: LockedWebhookRow) -> None:

@@ -50,6 +50,9 @@ MIN_RETRY_DELAY, MAX_RETRY_DELAY = 1, 86400  # each delay of `retrySchedule`, in
 # names with this in place of each value (`secretHeaders` -> `secretHeaderNames`).
 WITHHELD = ""
 WRITE_ONLY = frozenset({"secret_headers"})
+# Options (JSON objects) answered without some of their keys: `tls` without its `clientKey`
+# (domain/tls.py).
+WITHHELD_KEYS: dict[str, tuple[str, ...]] = {"tls": ("clientKey",)}
 
 
 class EndpointOptions(NamedTuple):
@@ -74,6 +77,9 @@ class EndpointOptions(NamedTuple):
     timeout_seconds: float | None = None  # None: DISPATCHER_REQUEST_TIMEOUT
     # Seconds after attempt i+1 (domain/retry.py); None: DISPATCHER_RETRY_SCHEDULE.
     retry_schedule: list[int] | None = None
+    # Mutual TLS (domain/tls.py): `clientCertificate`, `clientKey`, `caCertificate` (PEM; the
+    # last may be None); read for the API, without `clientKey`. None: none.
+    tls: dict[str, Any] | None = None
 
 
 # The options, in column order: the store's one column list.
@@ -99,6 +105,7 @@ class EndpointChanges(TypedDict, total=False):
     ordering: Ordering
     timeout_seconds: float | None
     retry_schedule: list[int] | None
+    tls: dict[str, Any] | None
     enabled: bool
 
 

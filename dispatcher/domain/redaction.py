@@ -7,10 +7,15 @@ The engine passes every excerpt through `redact` before it is kept (engine/sende
 excerpts are made): each secret is replaced by REDACTED wherever it appears, in the forms an
 echo writes it (as sent, JSON-escaped, percent-encoded), and an excerpt cut off in the middle
 of one loses the cut-off beginning too (two characters or more of it).
+
+A PEM private key (a webhook's mutual TLS `clientKey`, domain/tls.py) is never logged: the
+log's last processor removes any from the text it writes (`private_keys`, dispatcher/log.py),
+whatever field carries it.
 """
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Iterable
 
@@ -82,3 +87,17 @@ def _cut_off_start(text: str, form: str) -> int:
             return len(text) - found
         start = found + 1
     return 0
+
+
+PEM_KEY_MARK = "PRIVATE KEY-----"
+# From a BEGIN line to its END line, or to the end of a text cut off inside the key.
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.DOTALL
+)
+
+
+def private_keys(text: str) -> str:
+    """`text` with every PEM private key replaced by REDACTED (the armor lines included)."""
+    if PEM_KEY_MARK not in text:
+        return text
+    return _PRIVATE_KEY.sub(REDACTED, text)

@@ -72,6 +72,9 @@ REFUSED = "connection refused"
 CONNECT_FAILED = "connection failed"
 CERTIFICATE = "TLS certificate verification failed"
 HANDSHAKE = "TLS handshake failed"
+# Mutual TLS (docs/delivery.md): the receiver's alert says why.
+NO_CLIENT_CERTIFICATE = f"{HANDSHAKE}: the receiver requires a client certificate"
+CLIENT_CERTIFICATE_REFUSED = f"{HANDSHAKE}: the receiver refused the client certificate"
 DNS_FAILED = "DNS lookup failed"
 CLOSED = "connection closed before a response"
 INTERRUPTED = "response interrupted"
@@ -83,7 +86,10 @@ _HEX = b"0123456789abcdefABCDEF"
 _HEAD, _LENGTH, _UNTIL_CLOSE, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER = range(7)
 _DONE, _CUT = 7, 8  # read completely; cut at MAX_BODY_BYTES
 
-Key = tuple[str, str, int]  # scheme, host, port: the connections that may serve a request
+# scheme, host, port, pool: the connections that may serve a request. The pool is "" but for
+# an endpoint with its own TLS context (mutual TLS: `Tls.pool`), whose connections no other
+# endpoint's request may use.
+Key = tuple[str, str, int, str]
 
 # What a header line may hold, checked where lines are written whatever checked them before:
 # a name is an RFC 9110 token; a value has no CR, LF, NUL or other control but tab, and no
@@ -127,6 +133,14 @@ def header_lines(fields: Iterable[tuple[str, str]]) -> bytes:
             raise InvalidHeader(f"the value of header {name} has a character HTTP does not allow")
         lines.append(b"%b: %b\r\n" % (raw_name, raw_value))
     return b"".join(lines)
+
+
+class Tls(NamedTuple):
+    """An endpoint's own TLS (mutual TLS, engine/client_tls.py): its context, and the pool its
+    connections are kept in, apart from every other endpoint's."""
+
+    pool: str
+    context: ssl.SSLContext
 
 
 class _Stale(RequestFailed):
@@ -211,15 +225,20 @@ class Http1Client:
         body: bytes,
         send_by: float | None = None,
         time_limit: float | None = None,
+        tls: Tls | None = None,
     ) -> Response:
         """POST `body` to `url` with `headers` (complete `Name: value\\r\\n` lines). With
         `send_by` (loop time), raise TooLate instead of writing the request after it: the
         last moment is once a connection is ready, so that connecting counts too. `time_limit`:
-        this request's total timeout instead of the client's (an endpoint's own)."""
+        this request's total timeout instead of the client's (an endpoint's own). `tls`: the
+        endpoint's own context and pool (https only), instead of the shared ones."""
         route = self._routes.get(url) or self._route(url)
+        key, context = route.key, None
+        if tls is not None and route.tls:
+            key, context = (*key[:3], tls.pool), tls.context
         request = b"%bContent-Length: %d\r\n%b\r\n%b" % (route.head, len(body), headers, body)
         deadline = asyncio.get_running_loop().time() + (time_limit or self.timeout)
-        conn = self._take_idle(route.key)
+        conn = self._take_idle(key)
         if conn is not None:
             self._in_time(conn, send_by)
             try:
@@ -227,7 +246,7 @@ class Http1Client:
             except _Stale:
                 pass  # closed by the server while idle: once more, on a new connection
         async with asyncio.timeout_at(deadline):
-            conn = await self._acquire(route, reuse=conn is None)
+            conn = await self._acquire(route, key, context, reuse=conn is None)
         self._in_time(conn, send_by)
         return await self._exchange(conn, request, deadline)
 
@@ -267,7 +286,7 @@ class Http1Client:
             head += self._proxy_auth  # absolute-form: each request is the proxy's to read
         # (A direct connection beside proxied ones is pooled apart from them.)
         scheme = target.scheme if proxied or self.proxy is None else f"direct+{target.scheme}"
-        key = (scheme, host, target.port)
+        key = (scheme, host, target.port, "")
         route = _Route(
             key, host, target.ip is not None, target.port, target.scheme == "https", head, proxied
         )
@@ -309,18 +328,20 @@ class Http1Client:
             conn.close(abort=True)
         return None
 
-    async def _acquire(self, route: _Route, *, reuse: bool) -> _Connection:
-        """A new connection once there is room, or an idle one that came back meanwhile (when
-        `reuse`)."""
+    async def _acquire(
+        self, route: _Route, key: Key, context: ssl.SSLContext | None, *, reuse: bool
+    ) -> _Connection:
+        """A new connection to `key` once there is room (with `context`, an endpoint's own),
+        or an idle one that came back meanwhile (when `reuse`)."""
         while True:
             if self._closed:
                 raise RequestFailed(UNEXPECTED)
             if reuse:
-                conn = self._take_idle(route.key)
+                conn = self._take_idle(key)
                 if conn is not None:
                     return conn
             if self.open_connections < self.limit:
-                return await self._open(route)
+                return await self._open(route, key, context)
             if self._idle:  # an idle connection elsewhere gives way
                 other = self._idle[next(iter(self._idle))][0]
                 other.close()
@@ -378,7 +399,7 @@ class Http1Client:
 
     # -- connecting -------------------------------------------------------------------------
 
-    async def _open(self, route: _Route) -> _Connection:
+    async def _open(self, route: _Route, key: Key, context: ssl.SSLContext | None) -> _Connection:
         self._opening += 1
         try:
             if route.literal:
@@ -386,9 +407,9 @@ class Http1Client:
             else:
                 addresses = await self._resolve(route.host, route.port)
             if self.proxy is None or not route.proxied:
-                conn = await self._connect(route, addresses)
+                conn = await self._connect(route, addresses, key, context)
             else:
-                conn = await self._through_proxy(route, self.proxy, addresses)
+                conn = await self._through_proxy(route, self.proxy, addresses, key, context)
         except BaseException:
             self._opening -= 1
             self._wake()
@@ -433,7 +454,13 @@ class Http1Client:
         self._dns[(host, port)] = (loop.time() + DNS_TTL_SECONDS, allowed)
         return allowed
 
-    async def _connect(self, route: _Route, addresses: list[str]) -> _Connection:
+    async def _connect(
+        self,
+        route: _Route,
+        addresses: list[str],
+        key: Key | None = None,
+        own: ssl.SSLContext | None = None,
+    ) -> _Connection:
         """A connection to one of `addresses` (all allowed by the guard, and only these are
         ever connected to), raced as RFC 8305 says (aiohappyeyeballs): the next address is
         tried when the one before has not connected within HAPPY_EYEBALLS_DELAY, so an
@@ -442,7 +469,8 @@ class Http1Client:
         most telling failure: a TLS one, else `connection refused` when every address
         refused, else a plain one."""
         loop = asyncio.get_running_loop()
-        context = self._tls() if route.tls else None
+        context = (own or self._tls()) if route.tls else None
+        key = key or route.key
         failures: list[str] = []
         left = [_addr_info(address, route.port) for address in addresses]
         while left:
@@ -460,7 +488,7 @@ class Http1Client:
             peer = sock.getpeername()[0]
             try:
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(self, route.key),
+                    lambda: _Connection(self, key),
                     sock=sock,
                     ssl=context,
                     server_hostname=route.host if context is not None else None,
@@ -470,7 +498,7 @@ class Http1Client:
                 if isinstance(exc, ssl.SSLCertVerificationError):
                     failures.append(CERTIFICATE)
                 elif isinstance(exc, ssl.SSLError):
-                    failures.append(HANDSHAKE)
+                    failures.append(_tls_failure(exc))
                 elif isinstance(exc, OSError):
                     failures.append(CONNECT_FAILED)
                 else:
@@ -478,16 +506,23 @@ class Http1Client:
                 left = [info for info in left if info[4][0] != peer]
             else:
                 return conn
-        for failure in (CERTIFICATE, HANDSHAKE, CONNECT_FAILED):
+        for failure in (CERTIFICATE, NO_CLIENT_CERTIFICATE, CLIENT_CERTIFICATE_REFUSED, HANDSHAKE,
+                        CONNECT_FAILED):  # fmt: skip
             if failure in failures:
                 raise RequestFailed(failure)
         raise RequestFailed(REFUSED)
 
     async def _through_proxy(
-        self, route: _Route, proxy: EgressProxy, addresses: list[str]
+        self,
+        route: _Route,
+        proxy: EgressProxy,
+        addresses: list[str],
+        key: Key | None = None,
+        own: ssl.SSLContext | None = None,
     ) -> _Connection:
         """A connection through the proxy to the first of `addresses` (checked by the guard:
-        the proxy is asked for that address, never for the name; domain/proxy.py)."""
+        the proxy is asked for that address, never for the name; domain/proxy.py); with `own`,
+        an endpoint's own TLS context (mutual TLS) inside the tunnel, pooled under `key`."""
         # A literal address was judged by the sender already (which may exempt it).
         target = proxy_target(addresses, route.port, _ANY if route.literal else self.allowed)
         if not isinstance(target, ProxyTarget):  # (the lookup judged them already)
@@ -497,10 +532,10 @@ class Http1Client:
         try:
             if route.tls:
                 await self._tunnel(sock, target.authority.encode("ascii"))
-            context = self._tls() if route.tls else None
+            context = (own or self._tls()) if route.tls else None
             try:
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(self, route.key),
+                    lambda: _Connection(self, key or route.key),
                     sock=sock,
                     ssl=context,
                     server_hostname=route.host if context is not None else None,
@@ -684,6 +719,10 @@ class _Connection(asyncio.Protocol):
         if self.state == _UNTIL_CLOSE and exc is None:
             self.state = _DONE
             self._finish(reusable=False)
+        elif self.state == _HEAD and isinstance(exc, ssl.SSLError):
+            # TLS 1.3: a receiver refuses a client certificate (or its absence) after the
+            # handshake, with an alert in place of the answer.
+            self._fail(RequestFailed(_tls_failure(exc)))
         elif self.state == _HEAD:
             self._fail(RequestFailed(CLOSED) if self.got_bytes else _Stale(CLOSED))
         else:
@@ -838,6 +877,17 @@ class _Connection(asyncio.Protocol):
             line = bytes(self.buffer) + line
             self.buffer.clear()
         return (line[:-1] if line.endswith(b"\r") else line), data[end + 1 :]
+
+
+def _tls_failure(exc: ssl.SSLError) -> str:
+    """The words for a TLS failure other than our verifying the receiver's certificate: what
+    the receiver's alert says about the client certificate, when it does."""
+    reason = str(exc.reason or "")
+    if "CERTIFICATE_REQUIRED" in reason:
+        return NO_CLIENT_CERTIFICATE
+    if "ALERT" in reason and ("CERTIFICATE" in reason or "UNKNOWN_CA" in reason):
+        return CLIENT_CERTIFICATE_REFUSED
+    return HANDSHAKE
 
 
 def _addr_info(address: str, port: int) -> aiohappyeyeballs.AddrInfoType:

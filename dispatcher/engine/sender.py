@@ -34,8 +34,8 @@ is a `connection_error` whose words start `egress proxy:` and whose Outcome says
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from dispatcher import __version__
 from dispatcher.domain.addresses import Network, blocked_error, blocked_reason
@@ -46,6 +46,7 @@ from dispatcher.domain.redaction import redact, signing_values
 from dispatcher.domain.signing import secret_key, sign
 from dispatcher.domain.urls import InvalidUrl, parse_webhook_url
 from dispatcher.engine import http1
+from dispatcher.engine.client_tls import ClientContexts
 from dispatcher.engine.http1 import (
     BlockedAddress,
     Http1Client,
@@ -72,6 +73,7 @@ FIXED_HEADERS = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
 # sets its own Accept.
 DEFAULT_ACCEPT = ("Accept", "*/*")
 UNSENDABLE = "the webhook's custom headers cannot be sent"
+UNUSABLE_TLS = "the webhook's client certificate cannot be used"
 
 CustomHeaders = Sequence[tuple[str, str]]
 
@@ -154,6 +156,7 @@ class Sender:
         self._keys: dict[str, bytes] = {}
         self._extra: dict[tuple[tuple[str, str], ...], bytes] = {}
         self._verdicts: dict[str, tuple[AttemptOutcome, str] | None] = {}
+        self.client_contexts = ClientContexts()  # mutual TLS: one per endpoint
 
     async def start(self) -> None:
         self._client = Http1Client(
@@ -252,13 +255,16 @@ class Sender:
         secret_values: Sequence[str] = (),
         send_by: float | None = None,
         time_limit: float | None = None,
+        webhook_id: str = "",
+        tls: Mapping[str, Any] | None = None,
     ) -> Outcome:
         """One attempt: `body` POSTed to `url`, signed with `secrets`, with the webhook's
         `custom_headers` (name, value) after ours; `secret_values` (its secret headers'
         values) are kept out of the excerpt, with the signature and `secrets`. With `send_by`
         (loop time), raises TooLate instead when the request could not be written by then
         (it was not sent: no attempt). `time_limit`: the endpoint's own, instead of the
-        sender's (DISPATCHER_REQUEST_TIMEOUT)."""
+        sender's (DISPATCHER_REQUEST_TIMEOUT). `tls`: webhook `webhook_id`'s mutual TLS
+        (domain/tls.py), presented over connections of its own."""
         assert self._client is not None, "Sender.start() first"
         started = time.perf_counter()
 
@@ -292,6 +298,12 @@ class Sender:
             extra = self._extra_lines(custom_headers)
         except InvalidHeader as exc:
             return done(CONNECTION_ERROR, None, f"{UNSENDABLE}: {exc}")
+        own = None
+        if tls is not None:
+            try:
+                own = self.client_contexts.get(webhook_id, tls)
+            except Exception:  # ssl.SSLError, OSError: still a recorded attempt
+                return done(CONNECTION_ERROR, None, UNUSABLE_TLS)
         try:
             timestamp, signature = self._signed(delivery_id, secrets, body)
         except Exception:  # a secret that cannot key a signature: still a recorded attempt
@@ -304,7 +316,7 @@ class Sender:
                 extra,
             )
             status, retry_after, excerpt = await self._client.post(
-                url, headers, body, send_by, time_limit
+                url, headers, body, send_by, time_limit, own
             )
         except TooLate:
             raise

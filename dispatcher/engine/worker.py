@@ -501,6 +501,8 @@ class Engine:
                     claimed.secret_values,
                     send_by,
                     claimed.endpoint.timeout_seconds,
+                    claimed.webhook_id,
+                    claimed.endpoint.tls,
                 )
             except TooLate:
                 assert send_by is not None

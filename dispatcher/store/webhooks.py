@@ -12,6 +12,7 @@ from dispatcher.domain import ids, operational
 from dispatcher.domain.endpoints import (
     OPTIONS,
     WITHHELD,
+    WITHHELD_KEYS,
     WRITE_ONLY,
     EndpointChanges,
     EndpointOptions,
@@ -71,6 +72,9 @@ def option_columns(table: str = "", *, answered: bool = False) -> str:
                 f"(SELECT coalesce(jsonb_object_agg(k, '{WITHHELD}'), '{{}}')"
                 f" FROM jsonb_object_keys({prefix}{option}) k) AS {option}"
             )
+        if answered and option in WITHHELD_KEYS:  # e.g. `tls` without `clientKey`
+            kept = "".join(f" - '{key}'" for key in WITHHELD_KEYS[option])
+            return f"({prefix}{option}{kept}) AS {option}"
         return prefix + option
 
     return ", ".join(column(option) for option in OPTIONS)

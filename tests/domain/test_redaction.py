@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.domain.redaction import REDACTED, redact, signing_values
+from dispatcher.domain.redaction import REDACTED, private_keys, redact, signing_values
 
 SECRET = 'tok/en+v4l"ue'
 R = REDACTED
@@ -36,3 +36,21 @@ def test_signing_values_cover_each_entry_and_the_secret_without_its_prefix() -> 
     for value in ("v1,AAA= v1,BBB=", "v1,AAA=", "AAA=", "v1,BBB=", "BBB=", "whsec_S3CR", "S3CR"):
         assert value in values
     assert redact("sig v1,BBB= key S3CR", values, cut_off=False) == f"sig {R} key {R}"
+
+
+KEY = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49\n-----END PRIVATE KEY-----"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"tls={KEY}\n", f"tls={R}\n"),
+        (KEY.replace(" PRIVATE", " EC PRIVATE"), R),  # the traditional forms too
+        (f"{KEY} and {KEY}", f"{R} and {R}"),
+        ("cut: -----BEGIN PRIVATE KEY-----\nMIGHAgEA", f"cut: {R}"),  # cut off inside it
+        ("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----", None),  # public
+        ("no key", None),
+    ],
+)
+def test_private_keys(text: str, expected: str | None) -> None:
+    assert private_keys(text) == (text if expected is None else expected)

@@ -27,6 +27,7 @@ from tests.browser import PHONE, Browser
 from tests.conftest import wait_for
 from tests.processes import free_port, read_until, start, stop, until_ready
 from tests.receiver import Receiver, answer
+from tests.tls_certificates import Authority
 
 T = TypeVar("T")
 
@@ -489,3 +490,24 @@ async def test_the_event_types_page_shows_each_type_with_its_schema_and_example(
     browser.driver.delete_all_cookies()
     await step(lambda: browser.driver.execute_script("sessionStorage.clear()"))
     await step(seen_by_a_key_without_read_scopes, browser, publisher)
+
+
+def mutual_tls_shown(browser: Browser, hook_id: str) -> str:
+    browser.open(f"#/webhooks/{hook_id}")
+    browser.wait(lambda d: "mutual TLS" in text_of(d, "dl.settings"), "the webhook's settings")
+    return text_of(browser.driver, "main")
+
+
+async def test_the_webhook_page_shows_mutual_tls_never_its_key(
+    browser: Browser, service: Service
+) -> None:
+    browser.base = service.base
+    issued = Authority().issue("console client")
+    tls = {"clientCertificate": issued.certificate, "clientKey": issued.key}
+    body = {"url": "https://hooks.example.com/in", "events": ["contact.updated"], "tls": tls}
+    hook = await service.call("POST", "/v1/webhooks", json=body)
+    await step(sign_in, browser, service.key)
+    shown = await step(mutual_tls_shown, browser, hook["id"])
+    assert "on: client certificate CN=console client" in shown
+    assert "the system's CAs" in shown
+    assert issued.key.splitlines()[1] not in browser.driver.page_source

@@ -58,7 +58,7 @@ class _Wire(asyncio.Transport):
 
 async def _read(pieces: list[bytes]) -> Read:
     client = Http1Client(timeout=1, allowed=LOOPBACK, max_connections=1, excerpt_bytes=1 << 17)
-    conn = http1._Connection(client, ("http", "127.0.0.1", 80))
+    conn = http1._Connection(client, ("http", "127.0.0.1", 80, ""))
     conn.connection_made(_Wire())
     reply = conn.begin()
     for piece in pieces:

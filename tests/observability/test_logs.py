@@ -136,3 +136,10 @@ def test_secret_looking_fields_are_masked(captured: io.StringIO) -> None:
     (entry,) = lines(captured)
     assert entry["secret"] == "***" and entry["api_key"] == "***"
     assert entry["webhook_id"] == "WH1"
+
+
+def test_a_private_key_is_never_logged_under_any_field(captured: io.StringIO) -> None:
+    key = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49\n-----END PRIVATE KEY-----\n"
+    structlog.get_logger().info("oops", body=f'{{"tls": {{"clientKey": "{key}"}}}}')
+    (entry,) = lines(captured)
+    assert "MIGHAgEA" not in entry["body"] and "[redacted]" in entry["body"]

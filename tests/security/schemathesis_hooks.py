@@ -35,6 +35,12 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
         "must be at most .* bytes|must hold at most|its arrays must hold at most"
         "|an array in a filter holds only|an element of a filter's array",
     ),
+    # Mutual TLS: whether a PEM holds a readable certificate or key, the key matches the
+    # certificate, and the dates (domain/tls.py), stated in its description.
+    (
+        r"body\.tls\.(clientCertificate|clientKey|caCertificate)",
+        "is not PEM|is not a valid|does not match|has expired|is not valid yet|is encrypted",
+    ),
 )
 
 
@@ -45,6 +51,11 @@ STATEFUL_CODES = {
     # An Idempotency-Key reused with another request (each event of a batch has its own).
     "idempotency_key_reused",
 }
+
+
+# A NUL anywhere in the path or the query is refused before any route (api/framework/http.py),
+# e.g. in an opaque `cursor`, whose schema (any string) cannot exclude it.
+NUL_IN_URL = "the URL must not contain NUL (%00)"
 
 
 def _inexpressible(error: dict[str, Any]) -> bool:
@@ -65,6 +76,8 @@ def filter_failure(ctx: Any, failure: Any, case: Any, response: Any) -> bool:
     except ValueError:
         return True
     if body.get("code") in STATEFUL_CODES:
+        return False
+    if body.get("message") == NUL_IN_URL:
         return False
     errors = body.get("errors") or []
     return not (errors and all(_inexpressible(error) for error in errors))

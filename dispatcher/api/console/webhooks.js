@@ -100,11 +100,21 @@ function settingsList(hook) {
     ["max concurrency", String(hook.maxConcurrency)],
     ["created", when(hook.createdAt)],
   ];
-  for (const [name, caption] of extraFields().map((extra) => [extra.name, extra.caption])) {
+  for (const [name, caption] of extraFields().filter((extra) => !extra.writeOnly).map((extra) => [extra.name, extra.caption])) {
     if (name in hook) rows.push([caption, h("code", {}, JSON.stringify(hook[name]))]);
   }
   if ("secretHeaderNames" in hook) rows.push(["secret header names", hook.secretHeaderNames.join(", ") || "none"]);
+  if ("tls" in hook) rows.push(["mutual TLS", tlsSummary(hook.tls)]);
   return h("dl", { class: "settings" }, rows.map(([name, value]) => h("div", {}, h("dt", {}, name), h("dd", {}, value))));
+}
+
+/** Mutual TLS as the API answers it (never its key): on or off, the client certificate's
+ * subject and expiry, and which CAs verify the receiver. */
+function tlsSummary(tls) {
+  if (!tls) return "off";
+  return h("span", { class: "tls" }, "on: client certificate ", h("code", {}, tls.subject || "?"),
+    `, expires ${tls.expiresAt ? when(tls.expiresAt) : "?"}; the receiver verified against `,
+    tls.caCertificate ? "its own CA" : "the system's CAs");
 }
 
 function actions(ctx, hook, refresh) {
@@ -215,6 +225,7 @@ const EXTRA_FIELDS = [
   { name: "secretHeaders", caption: "secret headers", kind: "json", writeOnly: true, hint: "JSON object, sent with every attempt and never shown again; empty keeps them, {} clears them" },
   { name: "filter", caption: "payload filter", kind: "json", hint: 'JSON object the event data must contain, e.g. {"direction": "incoming"}; empty: every event' },
   { name: "ordering", caption: "ordering", kind: "choice", choices: [["", "(server default)"], ["none", "none"], ["fifo", "fifo"]] },
+  { name: "tls", caption: "mutual TLS", kind: "json", writeOnly: true, hint: 'JSON object {"clientCertificate": PEM, "clientKey": PEM, "caCertificate": PEM or null}; the key is never shown again; empty keeps it, null removes it' },
   { name: "rateLimit", caption: "rate limit (requests/s)", kind: "integer", hint: () => [rangeHint("rateLimit"), "empty: no limit"].filter(Boolean).join("; ") },
 ];
 // The fields the form writes out itself (the first ones and the extra ones above).
