@@ -22,6 +22,7 @@ from dispatcher.api import (
     me,
     messages,
     metrics,
+    poll,
     stats,
     webhooks,
 )
@@ -43,6 +44,7 @@ ROUTE_TABLES: tuple[Routes, ...] = (
     conversations.routes,
     inbound.routes,
     webhooks.routes,
+    poll.routes,
     attempts.routes,
     stats.routes,
     events.routes,

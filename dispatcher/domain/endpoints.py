@@ -60,7 +60,7 @@ class EndpointOptions(NamedTuple):
     None and `{}` mean what the column's comment in schema.sql says (None `max_concurrency`:
     the setting's default)."""
 
-    url: str
+    url: str | None  # None: a poll webhook's (it has none)
     events: list[str]
     name: str | None = None
     number_ids: list[str] | None = None  # None: every number
@@ -74,6 +74,9 @@ class EndpointOptions(NamedTuple):
     timeout_seconds: float | None = None  # None: DISPATCHER_REQUEST_TIMEOUT
     # Seconds after attempt i+1 (domain/retry.py); None: DISPATCHER_RETRY_SCHEDULE.
     retry_schedule: list[int] | None = None
+    # A WebhookMode (domain/poll.py): "push", or "poll" (no url, no deliveries). Set when
+    # the webhook is made, never changed.
+    mode: str = "push"
 
 
 # The options, in column order: the store's one column list.
@@ -99,6 +102,7 @@ class EndpointChanges(TypedDict, total=False):
     ordering: Ordering
     timeout_seconds: float | None
     retry_schedule: list[int] | None
+    mode: str
     enabled: bool
 
 

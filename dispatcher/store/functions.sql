@@ -251,6 +251,39 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
         || '}'
 $$;
 
+-- Whether a subscription that hears event types p_events and numbers p_number_ids (NULL:
+-- every number) hears an event of type p_type about number p_number_id: the rule fan-out
+-- applies (dispatcher_add_deliveries) and a poll applies (store/queries/poll.sql), with the
+-- payload filter's (dispatcher_filter_passes). One expression, IMMUTABLE: the planner inlines
+-- it into the statement that calls it.
+CREATE OR REPLACE FUNCTION dispatcher_hears(
+    p_events text[], p_number_ids text[], p_type text, p_number_id text
+) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT p_type = ANY (p_events) AND (p_number_ids IS NULL OR p_number_id = ANY (p_number_ids))
+$$;
+
+-- Where polls stand (docs/webhooks.md, "Poll mode"; store/queries/poll.sql): the oldest
+-- transaction of this database still running as the calling statement's snapshot sees it (its
+-- xmax when none is), so that every event of an older transaction (`events.txid`) has ended
+-- and, committed, is visible to the statement; an event not visible yet has a txid at or
+-- past it. Transactions of the cluster's other databases cannot have written this database's
+-- events and are left out, known by their backend's database (pg_stat_activity); one that
+-- cannot be told apart (its backend gone since the snapshot, a subtransaction, a prepared
+-- transaction, a backend whose details this role may not read) counts as this database's:
+-- a poll may wait for it, never miss what it wrote. STABLE: it reads the caller's snapshot.
+CREATE OR REPLACE FUNCTION dispatcher_poll_horizon() RETURNS xid8
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(
+        (SELECT min(running) FROM pg_snapshot_xip(snap.s) AS running
+         WHERE running::xid NOT IN (
+             SELECT a.backend_xid FROM pg_stat_activity a
+             WHERE a.backend_xid IS NOT NULL
+               AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database()))),
+        pg_snapshot_xmax(snap.s))
+    FROM (SELECT pg_current_snapshot() AS s) snap
+$$;
+
 -- The one way into `deliveries`: a pending delivery of an event to each webhook that should
 -- have it, with its row in the engine's queue, in one statement; a webhook that has this
 -- event's delivery already is skipped. Returns how many were made.
@@ -311,8 +344,9 @@ BEGIN
           AND w.workspace_id = p_workspace_id
           AND w.deleted_at IS NULL
           AND w.disabled_at IS NULL
-          AND p_type = ANY (w.events)
-          AND (w.number_ids IS NULL OR p_number_id = ANY (w.number_ids))
+          -- A poll webhook has no deliveries: its events are read by its polls (schema 24).
+          AND w.mode = 'push'
+          AND dispatcher_hears(w.events, w.number_ids, p_type, p_number_id)
           AND w.id IS DISTINCT FROM p_excluded_webhook_id
           -- The payload filter (dispatcher_filter_passes, the one rule). The event's data is
           -- read back from its row (written before this call, in this transaction) by an

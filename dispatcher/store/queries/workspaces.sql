@@ -33,15 +33,17 @@ SELECT id, number, workspace_id, created_at FROM phone_numbers
 -- name: insert_key
 -- API key @id of workspace @workspace_id: the SHA-256 of the key (@digest), its scopes (@scopes)
 -- and name (@name); no row when there is no such workspace, or it is the operator sink's (a key
--- there would read every tenant's operational events and could repoint the sink).
-INSERT INTO api_keys (id, workspace_id, key_hash, scopes, name)
-SELECT @id, id, @digest, @scopes, @name FROM workspaces WHERE id = @workspace_id AND NOT operator
-RETURNING id, workspace_id, scopes, name, created_at, revoked_at
+-- there would read every tenant's operational events and could repoint the sink); the
+-- webhook its `webhooks:poll` scope is limited to (@webhook_id; NULL: none).
+INSERT INTO api_keys (id, workspace_id, key_hash, scopes, name, webhook_id)
+SELECT @id, id, @digest, @scopes, @name, @webhook_id FROM workspaces
+WHERE id = @workspace_id AND NOT operator
+RETURNING id, workspace_id, scopes, name, created_at, revoked_at, webhook_id
 
 -- name: keys_page
 -- A page of API keys, without their hashes (store/pages.py adds the conditions, the order and
 -- the limit).
-SELECT id, workspace_id, scopes, name, created_at, revoked_at FROM api_keys
+SELECT id, workspace_id, scopes, name, created_at, revoked_at, webhook_id FROM api_keys
 
 -- name: revoke_key
 -- Revoke key @key_id (now, unless revoked already), when it is workspace @workspace_id's and
@@ -56,7 +58,7 @@ RETURNING id
 
 -- name: live_key
 -- The live key whose SHA-256 is @digest.
-SELECT id, workspace_id, key_hash, scopes FROM api_keys
+SELECT id, workspace_id, key_hash, scopes, webhook_id FROM api_keys
 WHERE key_hash = @digest AND revoked_at IS NULL
 
 -- name: find_numbers
