@@ -271,17 +271,72 @@ $$;
 -- events and are left out, known by their backend's database (pg_stat_activity); one that
 -- cannot be told apart (its backend gone since the snapshot, a subtransaction, a prepared
 -- transaction, a backend whose details this role may not read) counts as this database's:
--- a poll may wait for it, never miss what it wrote. STABLE: it reads the caller's snapshot.
+-- a poll may wait for it, never miss what it wrote. STABLE: it reads the caller's snapshot;
+-- plpgsql, so that its statement is planned once a session (a SQL function's is planned at
+-- every call: 5 ms).
 CREATE OR REPLACE FUNCTION dispatcher_poll_horizon() RETURNS xid8
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(
-        (SELECT min(running) FROM pg_snapshot_xip(snap.s) AS running
-         WHERE running::xid NOT IN (
-             SELECT a.backend_xid FROM pg_stat_activity a
-             WHERE a.backend_xid IS NOT NULL
-               AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database()))),
-        pg_snapshot_xmax(snap.s))
-    FROM (SELECT pg_current_snapshot() AS s) snap
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    snap pg_snapshot := pg_current_snapshot();
+    edge xid8;
+BEGIN
+    IF pg_snapshot_xmin(snap) = pg_snapshot_xmax(snap) THEN
+        RETURN pg_snapshot_xmax(snap);  -- nothing running
+    END IF;
+    SELECT min(running) INTO edge
+    FROM pg_snapshot_xip(snap) AS running
+    WHERE running::xid NOT IN (
+        SELECT a.backend_xid FROM pg_stat_get_activity(NULL) AS a
+        WHERE a.backend_xid IS NOT NULL
+          AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database()));
+    RETURN coalesce(edge, pg_snapshot_xmax(snap));
+END
+$$;
+
+-- A poll's page (store/queries/poll.sql `poll`, docs/webhooks.md "Poll mode"): the next
+-- p_limit events of workspace p_workspace_id that webhook p_webhook_id hears, after position
+-- (p_txid, p_event_id) in (txid, id) order, created at or after p_since (NULL: any), of
+-- transactions older than the horizon (dispatcher_poll_horizon, read once, from this call's
+-- snapshot: every such event has ended and, committed, is visible here), so that an event
+-- committed late is never behind a position handed out. What the webhook hears is fan-out's
+-- rule: dispatcher_hears, then dispatcher_filter_passes (with fan-out's 5 s deadline). One
+-- row with NULL event columns when there is none; every row carries the horizon.
+--
+-- An index walk whatever the statistics say (events_poll on every partition, merged in
+-- order, stopped at p_limit): without enable_sort off the planner, misled by estimates of the
+-- row comparison, sorts every event after the position first (150 ms for 20,000 instead of
+-- under 1). One generic plan for the session, as fan-out's.
+CREATE OR REPLACE FUNCTION dispatcher_poll(
+    p_workspace_id text, p_webhook_id text, p_txid xid8, p_event_id text, p_since timestamptz,
+    p_limit integer
+) RETURNS TABLE (horizon xid8, txid xid8, id text, payload text)
+LANGUAGE plpgsql STABLE
+SET enable_sort = off SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    hook record;
+    edge xid8 := dispatcher_poll_horizon();
+BEGIN
+    SELECT w.events, w.number_ids, w.payload_filter, w.payload_filter_arrays INTO hook
+    FROM webhooks w WHERE w.id = p_webhook_id AND w.workspace_id = p_workspace_id;
+    RETURN QUERY
+        SELECT edge, page.txid, page.id, page.payload
+        FROM (SELECT 1) AS one
+        LEFT JOIN LATERAL (
+            SELECT e.txid, e.id, e.payload
+            FROM events e
+            WHERE e.workspace_id = p_workspace_id
+              AND (e.txid, e.id) > (p_txid, p_event_id)
+              AND e.txid < edge
+              AND e.created_at >= coalesce(p_since, '-infinity')
+              AND dispatcher_hears(hook.events, hook.number_ids, e.type, e.number_id)
+              AND (hook.payload_filter IS NULL
+                   OR dispatcher_filter_passes(e.payload::jsonb -> 'data', hook.payload_filter,
+                                               hook.payload_filter_arrays,
+                                               clock_timestamp() + interval '5 seconds'))
+            ORDER BY e.txid, e.id
+            LIMIT p_limit
+        ) AS page ON true;
+END
 $$;
 
 -- The one way into `deliveries`: a pending delivery of an event to each webhook that should
