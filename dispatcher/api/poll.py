@@ -81,13 +81,7 @@ async def poll_webhook(request: web.Request, svc: Services, key: ApiKey) -> Poll
     webhook_id = request.match_info["webhook_id"]
     if key.webhook_id is not None and key.webhook_id != webhook_id:
         raise Forbidden(f"this API key may poll webhook {key.webhook_id} only")
-    hook = await poll.webhook(svc.db, key.workspace_id, webhook_id)
-    if hook is None:
-        raise not_found("webhook")
-    if hook.mode != WebhookMode.POLL:
-        raise Conflict(f"webhook {webhook_id} is a push webhook: its events are POSTed to its url")
-    if hook.disabled:
-        raise Conflict(f"webhook {webhook_id} is disabled: enable it to poll")
+    position: Position | None = None  # a consumer that starts now
     if query.iterator is not None:
         if query.since is not None:
             raise ValidationFailed(
@@ -97,10 +91,13 @@ async def poll_webhook(request: web.Request, svc: Services, key: ApiKey) -> Poll
         assert position is not None  # the query's rule checked it
     elif query.since is not None:
         position = Position(0, "", parse_instant(query.since))
-    else:
-        position = await poll.now(svc.db)
-        return {"data": [], "iterator": encode_iterator(position), "done": True}
     page = await poll.page(svc.db, key.workspace_id, webhook_id, position, query.limit)
+    if page is None:
+        raise not_found("webhook")
+    if page.mode != WebhookMode.POLL:
+        raise Conflict(f"webhook {webhook_id} is a push webhook: its events are POSTed to its url")
+    if page.disabled:
+        raise Conflict(f"webhook {webhook_id} is disabled: enable it to poll")
     return {
         "data": [orjson.Fragment(payload) for payload in page.payloads],
         "iterator": encode_iterator(page.position),

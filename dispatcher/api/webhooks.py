@@ -53,7 +53,7 @@ from dispatcher.domain.payload_filter import FILTER, stored_filter
 from dispatcher.domain.poll import WebhookMode
 from dispatcher.domain.resources import Timestamp
 from dispatcher.errors import Conflict, FieldError, ValidationFailed
-from dispatcher.store import deliveries, poll, webhooks
+from dispatcher.store import deliveries, webhooks
 from dispatcher.store.pages import Page as StorePage
 from dispatcher.store.rows import DeliveryRow, LockedWebhookRow, WebhookRow
 from dispatcher.store.webhooks import WebhookChanges
@@ -279,8 +279,8 @@ def _check_mode(mode: WebhookMode, url: str | None) -> None:
 
 async def _refuse_poll(svc: Services, key: ApiKey, webhook_id: str) -> None:
     """A poll webhook has no deliveries: a test, a retry or a recover of one is a 409."""
-    hook = await poll.webhook(svc.db, key.workspace_id, webhook_id)
-    if hook is not None and hook.mode == WebhookMode.POLL:
+    hook = await webhooks.find(svc.db, key.workspace_id, webhook_id)
+    if hook is not None and hook.options.mode == WebhookMode.POLL:
         raise Conflict(
             f"webhook {webhook_id} is a poll webhook: it has no deliveries, its events are read"
             f" by GET /v1/webhooks/{webhook_id}/poll"

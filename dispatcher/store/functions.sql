@@ -300,7 +300,11 @@ $$;
 -- snapshot: every such event has ended and, committed, is visible here), so that an event
 -- committed late is never behind a position handed out. What the webhook hears is fan-out's
 -- rule: dispatcher_hears, then dispatcher_filter_passes (with fan-out's 5 s deadline). One
--- row with NULL event columns when there is none; every row carries the horizon.
+-- row with NULL event columns when there is none; every row carries the webhook's mode,
+-- whether it is disabled, and the horizon; no row when the workspace has no such webhook
+-- (or it is deleted). A push or disabled webhook's row has no events (nothing is walked), nor
+-- does any with p_limit 0 (where a consumer that starts now starts: the horizon). One
+-- statement for the whole poll: a round trip is most of a poll's time.
 --
 -- An index walk whatever the statistics say (events_poll on every partition, merged in
 -- order, stopped at p_limit): without enable_sort off the planner, misled by estimates of the
@@ -309,17 +313,25 @@ $$;
 CREATE OR REPLACE FUNCTION dispatcher_poll(
     p_workspace_id text, p_webhook_id text, p_txid xid8, p_event_id text, p_since timestamptz,
     p_limit integer
-) RETURNS TABLE (horizon xid8, txid xid8, id text, payload text)
+) RETURNS TABLE (mode text, disabled boolean, horizon xid8, txid xid8, id text, payload text)
 LANGUAGE plpgsql STABLE
 SET enable_sort = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     hook record;
     edge xid8 := dispatcher_poll_horizon();
+    walked integer;
 BEGIN
-    SELECT w.events, w.number_ids, w.payload_filter, w.payload_filter_arrays INTO hook
-    FROM webhooks w WHERE w.id = p_webhook_id AND w.workspace_id = p_workspace_id;
+    SELECT w.mode, w.disabled_at IS NOT NULL AS disabled, w.events, w.number_ids,
+           w.payload_filter, w.payload_filter_arrays
+    INTO hook
+    FROM webhooks w
+    WHERE w.id = p_webhook_id AND w.workspace_id = p_workspace_id AND w.deleted_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    walked := CASE WHEN hook.mode = 'poll' AND NOT hook.disabled THEN p_limit ELSE 0 END;
     RETURN QUERY
-        SELECT edge, page.txid, page.id, page.payload
+        SELECT hook.mode, hook.disabled, edge, page.txid, page.id, page.payload
         FROM (SELECT 1) AS one
         LEFT JOIN LATERAL (
             SELECT e.txid, e.id, e.payload
@@ -334,7 +346,7 @@ BEGIN
                                                hook.payload_filter_arrays,
                                                clock_timestamp() + interval '5 seconds'))
             ORDER BY e.txid, e.id
-            LIMIT p_limit
+            LIMIT walked
         ) AS page ON true;
 END
 $$;
