@@ -4,6 +4,8 @@ On a database created for the run, one `dispatcher serve` (engine off: a poll we
 deliveries, nothing for an engine to do), a workspace, a key made by `dispatcher keys create`
 and one poll webhook (POST /v1/webhooks, `"mode": "poll"`).
 
+- The floor, for scale: GET /v1/me (the API's cheapest keyed request) FLOOR_REQUESTS times,
+  one after the other: what any request costs on this machine, in this run.
 - Throughput: EVENTS events published through `dispatcher_publish_event` (2,000 a
   statement), then read back by one consumer, pages of PAGE, one request after the other
   (aiohttp, keep-alive) from the iterator it took before they were published, until `done`:
@@ -38,6 +40,7 @@ from benchmarks.common import (
     stop_process,
 )
 
+FLOOR_REQUESTS = 500
 NAME = "poll"
 TITLE = "17. Poll (pull delivery: 100,000 events in pages of 100; poll latency while publishing)"
 EVENTS = 100_000
@@ -93,6 +96,15 @@ async def run(r: Run) -> dict[str, Any]:
                 r.log(f"poll: publishing {events:,} events")
                 await publish_events(r, db, workspace, events, desc="publish")
 
+                # The floor, in the same run: the API's cheapest keyed request (GET /v1/me, one
+                # key lookup, no statement), one after the other, as the consumer polls.
+                floor: list[float] = []
+                for _ in range(FLOOR_REQUESTS):
+                    began = time.perf_counter()
+                    async with session.get(f"{base}/v1/me") as response:
+                        await response.read()
+                    floor.append((time.perf_counter() - began) * 1000)
+
                 # Throughput: every event, page by page, one consumer.
                 iterator, polls = start["iterator"], 0
                 seen: set[str] = set()
@@ -118,6 +130,8 @@ async def run(r: Run) -> dict[str, Any]:
                     "events_per_s": round(rate),
                     "poll_ms_p50": round(percentile(latencies, 50), 2),
                     "poll_ms_p99": round(percentile(latencies, 99), 2),
+                    "floor_get_me_ms_p50": round(percentile(floor, 50), 2),
+                    "floor_get_me_ms_p99": round(percentile(floor, 99), 2),
                 }
 
                 # Latency while publishing.
