@@ -3,9 +3,11 @@
 -- `events.txid`: the id of the transaction that inserted the event (pg_current_xact_id(),
 -- the column's default, so that every door, the outbox function in an application's own
 -- transaction included, records it). A poll returns only events whose transaction is older
--- than the oldest transaction still running (dispatcher_poll_horizon), in (txid, id) order: an event
--- whose transaction commits late can never land behind an iterator already handed out. Rows
--- from before this schema keep NULL: no poll returns them. `events_poll` is the poll's walk.
+-- than the oldest transaction of the database still running (dispatcher_poll_horizon), in
+-- (txid, id) order: an event whose transaction commits late can never land behind an
+-- iterator already handed out. Rows
+-- from before this schema keep NULL: no poll returns them. `events_poll` is the poll's walk
+-- (functions.sql dispatcher_poll).
 --
 -- `webhooks.mode`: 'push' (the default, as before) or 'poll'; a poll webhook has no `url`
 -- (NULL), and fan-out makes no deliveries for it (dispatcher_add_deliveries).
@@ -18,9 +20,10 @@
 -- would list a poll webhook with a null url (there are none until this release makes them).
 --
 -- Locks: ACCESS EXCLUSIVE on events (a nullable column without a default, then the default
--- set: no rewrite), webhooks and api_keys (small tables); the index on events is built under
--- SHARE on each partition (publishing waits while it is built: build it beforehand, partition
--- by partition, on a large database; docs/operations.md).
+-- set: no rewrite), webhooks and api_keys (small tables; the CHECK reads webhooks once); the
+-- index on events is built under SHARE on each partition: publishing waits while it is built
+-- (seconds per million events). The index costs every publish about 7 % (10,000 events in one
+-- statement without subscribers: 1.41 against 1.32 s, measured on the branch's machine).
 ALTER TABLE events ADD COLUMN txid xid8;
 ALTER TABLE events ALTER COLUMN txid SET DEFAULT pg_current_xact_id();
 CREATE INDEX IF NOT EXISTS events_poll ON events (workspace_id, txid, id);
