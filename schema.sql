@@ -55,7 +55,10 @@ CREATE TABLE IF NOT EXISTS api_keys (
     created_at    timestamptz NOT NULL DEFAULT now(),
     revoked_at    timestamptz,
     -- What the key is for, as its creator named it (NULL: unnamed).
-    name          text
+    name          text,
+    -- The one webhook this key's `webhooks:poll` scope is limited to (NULL: not limited).
+    -- (Last: schema 24 added it.)
+    webhook_id    text
 );
 -- A workspace's keys, newest first (GET /v1/admin/workspaces/{id}/keys).
 CREATE INDEX IF NOT EXISTS api_keys_page ON api_keys (workspace_id, created_at DESC, id DESC);
@@ -178,6 +181,11 @@ CREATE TABLE IF NOT EXISTS events (
     -- is then the envelope with `"data":null`, its deliveries' response excerpts are gone, and
     -- none of them is sent again. NULL otherwise. (Last: schema 10 added it.)
     expunged_at  timestamptz,
+    -- The transaction that inserted the event (pg_current_xact_id()): a poll returns only
+    -- events of transactions older than every one still running, in (txid, id) order
+    -- (docs/webhooks.md, "Poll mode"). NULL on rows from before schema 24, which no poll
+    -- returns. (Last: schema 24 added it.)
+    txid  xid8 DEFAULT pg_current_xact_id(),
     PRIMARY KEY (id, created_at)
 ) PARTITION BY RANGE (created_at);
 -- Idempotency keys are unique per workspace within 24 hours; publish() enforces that under an
@@ -185,13 +193,15 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_idempotency
     ON events (workspace_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS events_window ON events (workspace_id, created_at);
+-- A poll's walk: a workspace's events in the order of their transactions.
+CREATE INDEX IF NOT EXISTS events_poll ON events (workspace_id, txid, id);
 -- Rows outside every daily partition land here instead of failing; never dropped.
 CREATE TABLE IF NOT EXISTS events_default PARTITION OF events DEFAULT;
 
 CREATE TABLE IF NOT EXISTS webhooks (
     id                          text PRIMARY KEY,
     workspace_id                text NOT NULL REFERENCES workspaces (id),
-    url                         text NOT NULL,
+    url                         text,
     events                      text[] NOT NULL,
     name                        text,
     number_ids                  text[],
@@ -244,7 +254,11 @@ CREATE TABLE IF NOT EXISTS webhooks (
     -- null), checked by the API (dispatcher/domain/tls.py); NULL: none. Like `secret_headers`,
     -- kept as given since the engine uses it; answers never carry `clientKey`.
     -- (Last: schema 21 added it.)
-    tls                         jsonb CHECK (jsonb_typeof(tls) = 'object')
+    tls                         jsonb CHECK (jsonb_typeof(tls) = 'object'),
+    -- 'push': deliveries POSTed to `url`; 'poll': no url, no deliveries, the events read by
+    -- GET /v1/webhooks/{id}/poll. (Last: schema 24 added it.)
+    mode                        text NOT NULL DEFAULT 'push' CHECK (mode IN ('push', 'poll')),
+    CONSTRAINT webhooks_url_by_mode CHECK ((url IS NULL) = (mode = 'poll'))
 );
 CREATE INDEX IF NOT EXISTS webhooks_page
     ON webhooks (workspace_id, created_at DESC, id DESC) WHERE deleted_at IS NULL;
@@ -462,4 +476,4 @@ CREATE OR REPLACE TRIGGER deliveries_status_changed AFTER UPDATE ON deliveries
 
 SELECT dispatcher_ensure_partitions(current_date - 1, current_date + 2);
 
-INSERT INTO dispatcher_schema (version) VALUES (23) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (24) ON CONFLICT DO NOTHING;

@@ -17,6 +17,7 @@ from dispatcher.api.framework.context import SCOPES
 from dispatcher.domain import portal
 from dispatcher.domain.clock import isoformat
 from dispatcher.domain.phone import is_e164
+from dispatcher.domain.poll import key_limit_problem
 from dispatcher.domain.portal import Capabilities
 from dispatcher.domain.text import name_problem
 from dispatcher.errors import DispatcherError
@@ -65,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"repeatable; one of: {', '.join(sorted(SCOPES))}",
     )
     key_create.add_argument("--name", default=None, help="what the key is for (optional)")
+    key_create.add_argument(
+        "--webhook",
+        default=None,
+        metavar="WEBHOOK_ID",
+        help="limit the key's webhooks:poll scope to this webhook (optional)",
+    )
     key_create.add_argument("--json", action="store_true", help="print JSON")
     key_revoke = key_cmds.add_parser("revoke", help="revoke an API key")
     key_revoke.add_argument("key_id")
@@ -162,7 +169,7 @@ async def _admin(settings: Settings, args: argparse.Namespace) -> None:
             _emit(args.json, {"id": number_id}, f"added number {args.number} as {number_id}")
         elif args.command == "keys" and args.action == "create":
             row, key = await workspaces.insert_key(
-                db, args.workspace_id, args.scope, args.name or None
+                db, args.workspace_id, args.scope, args.name or None, args.webhook
             )
             key_id = row.id
             _emit(
@@ -215,6 +222,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         problem = name_problem(name, MAX_NAME_LENGTH)
         if problem is not None:
             fail(f"the {what} name {problem}", 2)
+    if args.command == "keys" and args.action == "create":
+        problem = key_limit_problem(args.scope, args.webhook)
+        if problem is not None:
+            fail(f"--webhook {problem}", 2)
     log.configure(settings.log_format, settings.log_level)
     warn_unknown_variables()
     try:

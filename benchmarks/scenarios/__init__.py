@@ -25,6 +25,7 @@ ORDER = (
     "overload",
     "idle",
     "publish",
+    "poll",
 )
 
 

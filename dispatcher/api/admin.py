@@ -8,10 +8,10 @@ the workspace in the path is looked up, so a bad body is a 400 wherever it is se
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Self
 
 from aiohttp import web
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 from typing_extensions import TypedDict
 
 from dispatcher.api.framework.context import ADMIN_TOKEN, Services
@@ -19,11 +19,13 @@ from dispatcher.api.framework.found import found, not_found
 from dispatcher.api.framework.pagination import Listing, PageQuery
 from dispatcher.api.framework.routing import Routes
 from dispatcher.api.models import E164, Body, documented
+from dispatcher.domain import ids
 from dispatcher.domain.clock import isoformat, isoformat_or_none
 from dispatcher.domain.enums import Scope
+from dispatcher.domain.poll import key_limit_problem
 from dispatcher.domain.resources import Timestamp
 from dispatcher.domain.text import name_pattern, name_problem
-from dispatcher.errors import NotFound
+from dispatcher.errors import Conflict, FieldError, NotFound, ValidationFailed
 from dispatcher.store import workspaces
 from dispatcher.store.pages import Page as StorePage
 from dispatcher.store.rows import ApiKeyRow, PhoneNumberRow, WorkspaceRow
@@ -54,6 +56,7 @@ class ApiKey(TypedDict):
     name: str | None
     createdAt: Timestamp
     revokedAt: Timestamp | None
+    webhookId: str | None
 
 
 class NewApiKey(TypedDict):
@@ -64,6 +67,7 @@ class NewApiKey(TypedDict):
     scopes: list[Scope]
     name: str | None
     createdAt: Timestamp
+    webhookId: str | None
 
 
 def workspace(row: WorkspaceRow) -> Workspace:
@@ -86,6 +90,7 @@ def api_key(row: ApiKeyRow) -> ApiKey:
         "name": row.name,
         "createdAt": isoformat(row.created_at),
         "revokedAt": isoformat_or_none(row.revoked_at),
+        "webhookId": row.webhook_id,
     }
 
 
@@ -96,6 +101,7 @@ def new_api_key(row: ApiKeyRow, key: str) -> NewApiKey:
         "scopes": [Scope(scope) for scope in row.scopes],
         "name": row.name,
         "createdAt": isoformat(row.created_at),
+        "webhookId": row.webhook_id,
     }
 
 
@@ -149,6 +155,16 @@ class CreateKey(Body):
         ]
         | None
     ) = None
+    # The one webhook the key's `webhooks:poll` scope is limited to (docs/admin.md); null:
+    # not limited.
+    webhookId: Annotated[str, documented(pattern=ids.pattern(ids.WEBHOOK))] | None = None
+
+    @model_validator(mode="after")
+    def _limit(self) -> Self:
+        problem = key_limit_problem(self.scopes, self.webhookId)
+        if problem is not None:
+            raise ValidationFailed([FieldError("body.webhookId", problem)])
+        return self
 
 
 routes = Routes()
@@ -195,9 +211,12 @@ async def list_workspace_numbers(at: Listing, query: PageQuery) -> StorePage[Pho
     "/v1/admin/workspaces/{workspace_id}/keys", ADMIN_TOKEN, NewApiKey, status=201, body=CreateKey
 )
 async def create_workspace_key(request: web.Request, svc: Services, body: CreateKey) -> NewApiKey:
-    row, key = await workspaces.insert_key(
-        svc.db, request.match_info["workspace_id"], body.scopes, body.name
-    )
+    try:
+        row, key = await workspaces.insert_key(
+            svc.db, request.match_info["workspace_id"], body.scopes, body.name, body.webhookId
+        )
+    except Conflict as exc:  # not a webhook of this workspace
+        raise ValidationFailed([FieldError("body.webhookId", str(exc))]) from None
     return new_api_key(row, key)
 
 

@@ -51,8 +51,9 @@ from dispatcher.domain.events import EVENT_TYPES, TEST_EVENT
 from dispatcher.domain.headers import FIELDS as HEADER_FIELDS
 from dispatcher.domain.headers import HEADERS, SECRET_HEADERS, header_problems, names_in_order
 from dispatcher.domain.payload_filter import FILTER, stored_filter
+from dispatcher.domain.poll import WebhookMode
 from dispatcher.domain.resources import Timestamp
-from dispatcher.errors import FieldError, ValidationFailed
+from dispatcher.errors import Conflict, FieldError, ValidationFailed
 from dispatcher.store import deliveries, webhooks
 from dispatcher.store.pages import Page as StorePage
 from dispatcher.store.rows import DeliveryRow, LockedWebhookRow, WebhookRow
@@ -102,7 +103,8 @@ def _passed_out(options: EndpointOptions) -> PassedOptionsOut:
 
 
 class _CreateFields(Body):
-    url: WebhookUrl
+    # Required for a push webhook; a poll webhook has none (`mode`, below).
+    url: WebhookUrl | None = None
     events: EventTypes
     name: Name | None = None
     numberIds: NumberIds | None = None
@@ -113,6 +115,9 @@ class _CreateFields(Body):
     rateLimit: RateLimit | None = None
     ordering: Ordering = Field(default=Ordering.NONE, strict=False)
     tls: Tls | None = None  # mutual TLS (api/endpoint_tls.py)
+    # "push" (the default): deliveries POSTed to `url`; "poll": no url, the events read by
+    # GET /v1/webhooks/{id}/poll (docs/webhooks.md, "Poll mode"). Fixed at creation.
+    mode: WebhookMode = Field(default=WebhookMode.PUSH, strict=False)
 
 
 # (PassedOptions first: pydantic orders the fields base by base from the last, so its come last.)
@@ -164,7 +169,7 @@ class _WebhookFields(TypedDict):
     events: list[str]
     name: str | None
     numberIds: list[str] | None
-    url: str
+    url: str | None
     maxConcurrency: int
     headers: dict[str, str]
     secretHeaderNames: list[str]
@@ -172,6 +177,7 @@ class _WebhookFields(TypedDict):
     rateLimit: int | None
     ordering: Ordering
     tls: TlsOut | None
+    mode: WebhookMode
 
 
 class Webhook(_WebhookFields, PassedOptionsOut):
@@ -221,6 +227,7 @@ def webhook(row: WebhookRow, default_concurrency: int) -> Webhook:
         "rateLimit": options.rate_limit,
         "ordering": Ordering(options.ordering),
         "tls": tls_out(options.tls),
+        "mode": WebhookMode(options.mode),
         **_passed_out(options),
     }
 
@@ -265,12 +272,33 @@ def _check_headers(
         raise ValidationFailed([FieldError(f"body.{p.field}", p.message) for p in problems])
 
 
+def _check_mode(mode: WebhookMode, url: str | None) -> None:
+    """A push webhook needs its url; a poll webhook has none."""
+    if mode == WebhookMode.PUSH and url is None:
+        raise ValidationFailed([FieldError("body.url", "is required for a push webhook")])
+    if mode == WebhookMode.POLL and url is not None:
+        raise ValidationFailed(
+            [FieldError("body.url", "must be absent: a poll webhook has no url (mode poll)")]
+        )
+
+
+async def _refuse_poll(svc: Services, key: ApiKey, webhook_id: str) -> None:
+    """A poll webhook has no deliveries: a test, a retry or a recover of one is a 409."""
+    hook = await webhooks.find(svc.db, key.workspace_id, webhook_id)
+    if hook is not None and hook.options.mode == WebhookMode.POLL:
+        raise Conflict(
+            f"webhook {webhook_id} is a poll webhook: it has no deliveries, its events are read"
+            f" by GET /v1/webhooks/{webhook_id}/poll"
+        )
+
+
 @routes.post(
     "/v1/webhooks", Scope.WEBHOOKS_WRITE, WebhookWithSecret, status=201, body=CreateWebhook
 )
 async def create_webhook(
     request: web.Request, svc: Services, key: ApiKey, body: CreateWebhook
 ) -> Rendered[WebhookWithSecret]:
+    _check_mode(body.mode, body.url)
     headers, secret_headers = body.headers or {}, body.secretHeaders or {}
     _check_headers(headers, secret_headers, body.model_fields_set)
     await _check_numbers(svc, key.workspace_id, body.numberIds)
@@ -295,6 +323,7 @@ async def create_webhook(
         ordering=body.ordering,
         tls=stored_tls(body.tls, svc.clock.now()),
         **_passed_in(body),
+        mode=body.mode,
     )
     await webhooks.create(
         svc.db, workspace_id=key.workspace_id, options=options, now=svc.clock.now(), answer=answer
@@ -357,7 +386,9 @@ async def update_webhook(
 
     def check(current: LockedWebhookRow) -> None:
         """The headers as they would be stored, checked under the webhook's lock: a PATCH of
-        one object is checked with the other as it is."""
+        one object is checked with the other as it is. A poll webhook takes no url."""
+        if "url" in changes and current.mode == WebhookMode.POLL:
+            _check_mode(WebhookMode.POLL, changes["url"])
         if header_changes:
             _check_headers(
                 changes.get("headers", current.headers),
@@ -456,8 +487,11 @@ async def get_delivery(request: web.Request, svc: Services, key: ApiKey) -> Deli
     return delivery(found(row, "delivery"))
 
 
-@routes.post("/v1/webhooks/{webhook_id}/test", Scope.WEBHOOKS_WRITE, Delivery, status=202)
+@routes.post(
+    "/v1/webhooks/{webhook_id}/test", Scope.WEBHOOKS_WRITE, Delivery, status=202, errors=(409,)
+)
 async def test_webhook(request: web.Request, svc: Services, key: ApiKey) -> Delivery:
+    await _refuse_poll(svc, key, request.match_info["webhook_id"])
     row = await deliveries.create_test(
         svc.db, key.workspace_id, request.match_info["webhook_id"], svc.clock.now()
     )
@@ -472,6 +506,7 @@ async def test_webhook(request: web.Request, svc: Services, key: ApiKey) -> Deli
     errors=(409,),
 )
 async def retry_delivery(request: web.Request, svc: Services, key: ApiKey) -> Delivery:
+    await _refuse_poll(svc, key, request.match_info["webhook_id"])
     row = await deliveries.retry(
         svc.db,
         key.workspace_id,
@@ -493,6 +528,7 @@ async def retry_delivery(request: web.Request, svc: Services, key: ApiKey) -> De
 async def recover_webhook(
     request: web.Request, svc: Services, key: ApiKey, body: Recover
 ) -> Recovered:
+    await _refuse_poll(svc, key, request.match_info["webhook_id"])
     now = svc.clock.now()
     until = body.until or now
     if body.since < now - RECOVER_WINDOW:

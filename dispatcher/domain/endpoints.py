@@ -63,7 +63,7 @@ class EndpointOptions(NamedTuple):
     None and `{}` mean what the column's comment in schema.sql says (None `max_concurrency`:
     the setting's default)."""
 
-    url: str
+    url: str | None  # None: a poll webhook's (it has none)
     events: list[str]
     name: str | None = None
     number_ids: list[str] | None = None  # None: every number
@@ -80,6 +80,9 @@ class EndpointOptions(NamedTuple):
     # Mutual TLS (domain/tls.py): `clientCertificate`, `clientKey`, `caCertificate` (PEM; the
     # last may be None); read for the API, without `clientKey`. None: none.
     tls: dict[str, Any] | None = None
+    # A WebhookMode (domain/poll.py): "push", or "poll" (no url, no deliveries). Set when
+    # the webhook is made, never changed.
+    mode: str = "push"
 
 
 # The options, in column order: the store's one column list.
@@ -106,6 +109,7 @@ class EndpointChanges(TypedDict, total=False):
     timeout_seconds: float | None
     retry_schedule: list[int] | None
     tls: dict[str, Any] | None
+    mode: str
     enabled: bool
 
 

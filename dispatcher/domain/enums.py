@@ -112,11 +112,17 @@ class Scope(StrEnum):
     EVENTS_READ = "events:read"
     EVENTS_WRITE = "events:write"
     INGEST_WRITE = "ingest:write"
+    # Poll a webhook's events (GET /v1/webhooks/{id}/poll); a key may be limited to one
+    # webhook (`webhookId`, docs/admin.md).
+    WEBHOOKS_POLL = "webhooks:poll"
 
 
 # Scopes that another also grants: a key that reads webhooks could already read every event's
 # payload through their deliveries, so it may read the events themselves.
-ALSO_GRANTED_BY: dict[Scope, Scope] = {Scope.EVENTS_READ: Scope.WEBHOOKS_READ}
+ALSO_GRANTED_BY: dict[Scope, Scope] = {
+    Scope.EVENTS_READ: Scope.WEBHOOKS_READ,
+    Scope.WEBHOOKS_POLL: Scope.WEBHOOKS_READ,
+}
 
 
 def allows(held: Collection[str], required: Scope) -> bool:

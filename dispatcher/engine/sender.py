@@ -320,19 +320,24 @@ class Sender:
             )
         except TooLate:
             raise
-        except TimeoutError:
-            return done(TIMEOUT, None, f"timeout after {time_limit or self.timeout:g}s")
-        except BlockedAddress as exc:
-            return done(BLOCKED, None, blocked_error(str(exc)))
-        except ProxyFailed as exc:
-            return done(CONNECTION_ERROR, None, str(exc))._replace(proxy_failure=True)
-        except RequestFailed as exc:
-            return done(CONNECTION_ERROR, None, str(exc))
-        except OSError as exc:
-            return done(CONNECTION_ERROR, None, f"connection error: {exc.strerror or 'I/O'}")
-        except Exception:  # any other fault at any stage is still a recorded, failed attempt
-            return done(CONNECTION_ERROR, None, http1.UNEXPECTED)
+        except Exception as exc:  # any fault at any stage is still a recorded, failed attempt
+            return self._failed(done, exc, time_limit)
         return _answered(done, status, retry_after, excerpt)
+
+    def _failed(self, done: _Finish, exc: Exception, time_limit: float | None) -> Outcome:
+        """The outcome of an attempt that got no answer, by what stopped it (the one place
+        where an attempt's exception becomes its record)."""
+        if isinstance(exc, TimeoutError):
+            return done(TIMEOUT, None, f"timeout after {time_limit or self.timeout:g}s")
+        if isinstance(exc, BlockedAddress):
+            return done(BLOCKED, None, blocked_error(str(exc)))
+        if isinstance(exc, ProxyFailed):
+            return done(CONNECTION_ERROR, None, str(exc))._replace(proxy_failure=True)
+        if isinstance(exc, RequestFailed):
+            return done(CONNECTION_ERROR, None, str(exc))
+        if isinstance(exc, OSError):
+            return done(CONNECTION_ERROR, None, f"connection error: {exc.strerror or 'I/O'}")
+        return done(CONNECTION_ERROR, None, http1.UNEXPECTED)
 
 
 def _answered(done: _Finish, status: int, retry_after: str | None, excerpt: bytes) -> Outcome:

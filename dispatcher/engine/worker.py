@@ -481,7 +481,7 @@ class Engine:
             span = (
                 tracing.attempt_started(
                     parent,
-                    url=claimed.endpoint.url,
+                    url=claimed.endpoint.url or "",
                     delivery_id=claimed.id,
                     webhook_id=claimed.webhook_id,
                     event_id=claimed.event_id,
@@ -493,7 +493,8 @@ class Engine:
             )
             try:
                 outcome = await self.sender.send(
-                    claimed.endpoint.url,
+                    # A poll webhook (no url) has no deliveries; "" would fail as no URL.
+                    claimed.endpoint.url or "",
                     claimed.id,
                     claimed.secrets,
                     claimed.payload,

@@ -37,6 +37,8 @@ class ApiKey:
     id: str
     workspace_id: str
     scopes: frozenset[str]
+    # The one webhook its `webhooks:poll` scope is limited to (None: not limited).
+    webhook_id: str | None = None
 
 
 class KeyCache:

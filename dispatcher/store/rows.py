@@ -61,6 +61,7 @@ class ApiKeyRow(NamedTuple):
     name: str | None
     created_at: datetime
     revoked_at: datetime | None
+    webhook_id: str | None  # the webhook its `webhooks:poll` is limited to (None: any)
 
 
 class WebhookRow(NamedTuple):
@@ -87,6 +88,7 @@ class LockedWebhookRow(NamedTuple):
     headers: dict[str, str]
     secret_headers: dict[str, str]
     ordering: str  # Ordering
+    mode: str  # WebhookMode
 
 
 class EventRow(NamedTuple):

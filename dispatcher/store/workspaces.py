@@ -122,13 +122,22 @@ async def list_numbers(
 
 
 async def insert_key(
-    db: Database, workspace_id: str, scopes: Sequence[str], name: str | None = None
+    db: Database,
+    workspace_id: str,
+    scopes: Sequence[str],
+    name: str | None = None,
+    webhook_id: str | None = None,
 ) -> tuple[ApiKeyRow, str]:
     """A new key: its row (no hash) and the key itself, which is not stored (only its hash
     is) and so can be shown this once. The operator sink's workspace is NotFound, as a
-    missing one: a key there would read every tenant's operational events."""
+    missing one: a key there would read every tenant's operational events. `webhook_id`:
+    the webhook its `webhooks:poll` scope is limited to; not a webhook of the workspace
+    (deleted ones are not) is a Conflict."""
     key = new_key()
     async with db.acquire() as conn:
+        if webhook_id is not None and not await webhooks.exists(conn, workspace_id, webhook_id):
+            await _require_workspace(conn, workspace_id)
+            raise Conflict(f"webhook {webhook_id} is not a webhook of workspace {workspace_id}")
         row = await conn.fetchrow(
             *SQL.insert_key(
                 id=ids.new_id(ids.API_KEY),
@@ -136,6 +145,7 @@ async def insert_key(
                 digest=hash_key(key),
                 scopes=sorted(set(scopes)),
                 name=name,
+                webhook_id=webhook_id,
             ),
         )
     if row is None:
@@ -189,7 +199,7 @@ async def find_key(db: Database, key: str, cache: KeyCache | None = None) -> Api
         row = await conn.fetchrow(*SQL.live_key(digest=digest))
     if row is None or not hmac.compare_digest(bytes(row["key_hash"]), digest):
         return None
-    found = ApiKey(row["id"], row["workspace_id"], frozenset(row["scopes"]))
+    found = ApiKey(row["id"], row["workspace_id"], frozenset(row["scopes"]), row["webhook_id"])
     if cache is not None:
         cache.put(digest, found, generation)
     return found
@@ -282,6 +292,7 @@ async def create_demo_if_empty(
                 digest=hash_key(key),
                 scopes=sorted(scopes),
                 name="demo",
+                webhook_id=None,
             ),
         )
         if webhook is not None:

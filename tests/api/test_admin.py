@@ -90,7 +90,14 @@ def test_the_admin_routes_are_documented_apart() -> None:
     schemas = doc["components"]["schemas"]
     assert set(schemas["Workspace"]["properties"]) == {"id", "name", "createdAt"}
     assert set(schemas["PhoneNumber"]["properties"]) == {"id", "number", "workspaceId", "createdAt"}
-    assert set(schemas["NewApiKey"]["properties"]) == {"id", "key", "scopes", "name", "createdAt"}
+    assert set(schemas["NewApiKey"]["properties"]) == {
+        "id",
+        "key",
+        "scopes",
+        "name",
+        "createdAt",
+        "webhookId",
+    }
     assert "key" not in schemas["ApiKey"]["properties"]
 
 
@@ -109,7 +116,7 @@ async def test_an_operator_onboards_a_tenant(client: TestClient[Any, Any], db: D
     assert (number["number"], number["workspaceId"]) == ("+15555550777", made["id"])
 
     key = await created(client, f"{base}/keys", {"scopes": ["messages:write"], "name": "CRM"})
-    assert set(key) == {"id", "key", "scopes", "name", "createdAt"}
+    assert set(key) == {"id", "key", "scopes", "name", "createdAt", "webhookId"}
     assert key["id"].startswith("AK") and key["key"].startswith("dk_")
     assert (key["scopes"], key["name"]) == (["messages:write"], "CRM")
     unnamed = await created(client, f"{base}/keys", {"scopes": ["webhooks:read", "events:read"]})
@@ -128,7 +135,10 @@ async def test_an_operator_onboards_a_tenant(client: TestClient[Any, Any], db: D
     resp = await client.get(f"{base}/keys", headers=ADMIN_HEADERS)
     listed = await resp.json()
     assert [k["id"] for k in listed["data"]] == [unnamed["id"], key["id"]]
-    assert all(set(k) == {"id", "scopes", "name", "createdAt", "revokedAt"} for k in listed["data"])
+    assert all(
+        set(k) == {"id", "scopes", "name", "createdAt", "revokedAt", "webhookId"}
+        for k in listed["data"]
+    )
     text = await resp.text()
     assert key["key"] not in text and unnamed["key"] not in text
     resp = await client.get(f"{base}/numbers", headers=ADMIN_HEADERS)

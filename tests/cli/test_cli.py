@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
-from dispatcher.store import schema, workspaces
+from dispatcher.domain.endpoints import EndpointOptions
+from dispatcher.domain.poll import WebhookMode
+from dispatcher.store import schema, webhooks, workspaces
 from dispatcher.store.database import Database
 from tests.processes import cli
 
@@ -129,3 +132,32 @@ async def test_portal_create_and_delete(database_url: str, db: Database) -> None
         database_url, "portal", "delete", "--workspace", workspace_id, "PS" + "0" * 32
     )
     assert code == 1 and "does not exist" in err
+
+
+async def test_a_key_limited_to_one_webhook(database_url: str, db: Database) -> None:
+    """`keys create --scope webhooks:poll --webhook WH…`: a key that polls that webhook only."""
+    workspace_id = await workspaces.create_workspace(db, "Receiver")
+    hook, _ = await webhooks.create(
+        db,
+        workspace_id=workspace_id,
+        options=EndpointOptions(url=None, events=["contact.updated"], mode=WebhookMode.POLL),
+        now=datetime.now(UTC),
+    )
+    code, out, _ = await cli(
+        database_url, "keys", "create", workspace_id,
+        "--scope", "webhooks:poll", "--webhook", hook.id, "--json",
+    )  # fmt: skip
+    assert code == 0
+    key = await workspaces.find_key(db, json.loads(out)["key"])
+    assert key is not None and key.scopes == {"webhooks:poll"} and key.webhook_id == hook.id
+
+    code, _, err = await cli(
+        database_url, "keys", "create", workspace_id,
+        "--scope", "webhooks:read", "--webhook", hook.id,
+    )  # fmt: skip
+    assert code == 2 and "webhooks:poll" in err
+    code, _, err = await cli(
+        database_url, "keys", "create", workspace_id,
+        "--scope", "webhooks:poll", "--webhook", "WH" + "0" * 32,
+    )  # fmt: skip
+    assert code == 1 and "is not a webhook of workspace" in err

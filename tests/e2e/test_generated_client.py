@@ -115,6 +115,18 @@ def _exercise_with(generated: Any, base: str, client: Any, admin: Any) -> None:
     assert resp.status_code == 200, resp.content
     assert resp.parsed.disabled_at is not None
 
+    # Pull delivery: a poll webhook (no url), its consumer starting now (docs/webhooks.md).
+    made = _call("default", "create_webhook")(
+        client=client,
+        body=CreateWebhook.from_dict({"mode": "poll", "events": ["message.delivered"]}),
+    )
+    assert made.status_code == 201, made.content
+    assert made.parsed.url is None
+    poll_webhook = _call("default", "poll_webhook")
+    start = poll_webhook(client=client, webhook_id=made.parsed.id)
+    assert start.status_code == 200, start.content
+    assert (start.parsed.data, start.parsed.done) == ([], True)
+
     # Messages and their conversations: three contacts, each a conversation.
     SendMessage = _model("send_message", "SendMessage")
     for n in range(3):
@@ -146,6 +158,16 @@ def _exercise_with(generated: Any, base: str, client: Any, admin: Any) -> None:
         assert resp.status_code in (200, 201, 202), resp.content
     events = _every_page(_call("default", "list_events"), client)
     assert len(events) >= 3
+    polled: list[str] = []
+    iterator = start.parsed.iterator
+    for _ in range(10):  # pages of 2, until done
+        page = poll_webhook(client=client, webhook_id=made.parsed.id, iterator=iterator, limit=2)
+        assert page.status_code == 200, page.content
+        polled += [event.id for event in page.parsed.data]
+        iterator = page.parsed.iterator
+        if page.parsed.done:
+            break
+    assert len(polled) >= 3 and set(polled) <= set(events)  # its type, oldest first
     deliveries = _every_page(_call("default", "list_deliveries"), client, webhook_id=hooks[1])
     assert len(deliveries) >= 3
     _every_page(_call("default", "list_event_deliveries"), client, event_id=events[0])

@@ -35,6 +35,8 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
         "must be at most .* bytes|must hold at most|its arrays must hold at most"
         "|an array in a filter holds only|an element of a filter's array",
     ),
+    # `url` against `mode`: required for a push webhook (the default), absent for a poll one.
+    (r"body\.url", "is required for a push webhook|must be absent: a poll webhook"),
     # Mutual TLS: whether a PEM holds a readable certificate or key, the key matches the
     # certificate, and the dates (domain/tls.py), stated in its description.
     (

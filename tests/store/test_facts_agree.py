@@ -55,6 +55,7 @@ from dispatcher.domain.enums import (
 )
 from dispatcher.domain.events import EVENT_TYPE_PATTERN, TEST_EVENT
 from dispatcher.domain.outcomes import AttemptOutcome, GiveUpReason
+from dispatcher.domain.poll import WebhookMode
 from dispatcher.domain.portal import Capabilities
 from dispatcher.domain.signing import signing_secrets
 from dispatcher.domain.text import is_control
@@ -103,6 +104,7 @@ CHECKED: dict[tuple[str, str], type[StrEnum]] = {
     ("webhooks", "ordering"): Ordering,
     ("deliveries", "status"): DeliveryStatus,
     ("portal_sessions", "capabilities"): Capabilities,
+    ("webhooks", "mode"): WebhookMode,
 }
 
 # (table, column) -> the member its DEFAULT is.
@@ -111,6 +113,7 @@ DEFAULTS: dict[tuple[str, str], StrEnum] = {
     ("webhooks", "ordering"): Ordering.NONE,
     ("deliveries", "status"): DeliveryStatus.PENDING,
     ("delivery_queue", "trigger"): AttemptTrigger.SCHEDULE,
+    ("webhooks", "mode"): WebhookMode.PUSH,
 }
 
 # A column SQL compares to (or sets to) a literal -> the values it may hold. `status` is the
@@ -122,6 +125,7 @@ COMPARED: dict[str, frozenset[str]] = {
     "trigger": frozenset(AttemptTrigger),
     "outcome": frozenset(AttemptOutcome),
     "disabled_reason": frozenset(DisabledReason),
+    "mode": frozenset(WebhookMode),
     "last_item_kind": frozenset(ConversationItemKind),
     # The words a give-up writes as a delivery's last error (the record suffixes them too).
     "last_error": frozenset({GiveUpReason.EXPUNGED, DISABLED_ERROR, DELETED_ERROR}),

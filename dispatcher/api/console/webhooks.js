@@ -15,7 +15,12 @@ const DISABLED_WHY = {
 };
 
 export function webhookTitle(hook) {
-  return hook.name || hook.url;
+  return hook.name || hook.url || hook.id;
+}
+
+/** Where its events go: its URL, or, for a poll webhook (no URL), how they are read. */
+function endpointOf(hook) {
+  return hook.mode === "poll" ? `poll mode: GET ${webhookPath(hook.id)}/poll` : hook.url;
 }
 
 export function webhookPath(id) {
@@ -61,7 +66,7 @@ function card(ctx, hook) {
     h("header", { class: "card-head" },
       h("h2", {}, h("a", { href: `#/webhooks/${hook.id}` }, webhookTitle(hook))),
       statusBadge(hook)),
-    h("p", { class: "url" }, h("code", {}, hook.url)),
+    h("p", { class: "url" }, h("code", {}, endpointOf(hook))),
     h("p", { class: "events" }, hook.events.join(", ")),
     health,
     h("p", { class: "card-links" },
@@ -93,7 +98,8 @@ export async function webhooksPage(ctx) {
 function settingsList(hook) {
   const rows = [
     ["id", h("code", {}, hook.id)],
-    ["URL", h("code", {}, hook.url)],
+    ["mode", hook.mode || "push"],
+    ...(hook.mode === "poll" ? [] : [["URL", h("code", {}, hook.url)]]),
     ["name", orDash(hook.name)],
     ["events", hook.events.join(", ")],
     ["numbers", hook.numberIds === null ? "every number" : (hook.numberIds.join(", ") || "none")],
@@ -169,7 +175,7 @@ export async function webhookPage(ctx) {
     hook = await api("GET", webhookPath(id), { signal: ctx.signal });
     if (!ctx.live()) return;
     show(ctx.view,
-      pageHead(webhookTitle(hook), hook.url, statusBadge(hook)),
+      pageHead(webhookTitle(hook), endpointOf(hook), statusBadge(hook)),
       actions(ctx, hook, render),
       h("section", { "aria-labelledby": "health-title" },
         h("div", { class: "section-head" }, h("h2", { id: "health-title" }, "Health"), field("Window", windowChoice)),
@@ -289,7 +295,8 @@ function numberIdsOf(text) {
 
 /** The create (hook undefined) or edit form; `done(hook)` runs after a success. */
 function webhookForm(ctx, hook, done) {
-  const url = h("input", { id: "field-url", type: "url", required: true, value: hook ? hook.url : "", placeholder: "https://example.com/webhooks" });
+  const url = h("input", { id: "field-url", type: "url", required: true, value: hook ? hook.url || "" : "", placeholder: "https://example.com/webhooks" });
+  const poll = Boolean(hook && hook.mode === "poll"); // no URL to show or set
   const name = h("input", { id: "field-name", type: "text", maxlength: webhookFieldBounds("name").maxLength, value: hook ? hook.name || "" : "" });
   const types = subscribableTypes();
   const chosen = new Set(hook ? hook.events : []);
@@ -314,7 +321,7 @@ function webhookForm(ctx, hook, done) {
 
   const body = () => {
     const fields = {};
-    if (!hook || changed(url)) fields.url = url.value.trim();
+    if (!poll && (!hook || changed(url))) fields.url = url.value.trim();
     const picked = selectedEvents();
     if (!hook || [...picked].sort().join(",") !== initialEvents) fields.events = picked;
     if (hook ? changed(name) : name.value.trim()) fields.name = name.value.trim() || null;
@@ -327,7 +334,7 @@ function webhookForm(ctx, hook, done) {
   };
 
   const form = h("form", { class: "webhook-form", novalidate: true },
-    field("URL", url, "where the deliveries are sent (http or https)"),
+    poll ? null : field("URL", url, "where the deliveries are sent (http or https)"),
     field("Name (optional)", name),
     events,
     field("Numbers (optional)", numbers, "PN… ids separated by commas; empty: every number"),
@@ -369,7 +376,7 @@ export async function newWebhookPage(ctx) {
   }
   const form = webhookForm(ctx, undefined, async (created) => {
     show(ctx.view,
-      pageHead("Webhook created", created.url),
+      pageHead("Webhook created", endpointOf(created)),
       h("p", {}, "Its signing secret (also shown on the webhook's page, with Show the signing secret):"),
       h("code", { class: "secret" }, created.secret),
       h("p", {}, h("a", { class: "button primary", href: `#/webhooks/${created.id}` }, "Open the webhook")));

@@ -71,7 +71,7 @@ RETURNING id, workspace_id
 -- on its webhook (the foreign key), so a change publishing webhook.disabled to its siblings
 -- and a recorder or another change publishing to this one waited for each other: a deadlock.
 -- The lock order every writer of webhooks rows keeps is in docs/delivery.md, "Lock order".
-SELECT id, disabled_at, headers, secret_headers, ordering FROM webhooks
+SELECT id, disabled_at, headers, secret_headers, ordering, mode FROM webhooks
 WHERE workspace_id = @workspace_id AND id = @webhook_id AND deleted_at IS NULL
 FOR NO KEY UPDATE
 

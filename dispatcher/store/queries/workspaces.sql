@@ -43,15 +43,17 @@ LIMIT @limit
 -- name: insert_key
 -- API key @id of workspace @workspace_id: the SHA-256 of the key (@digest), its scopes (@scopes)
 -- and name (@name); no row when there is no such workspace, or it is the operator sink's (a key
--- there would read every tenant's operational events and could repoint the sink).
-INSERT INTO api_keys (id, workspace_id, key_hash, scopes, name)
-SELECT @id, id, @digest, @scopes, @name FROM workspaces WHERE id = @workspace_id AND NOT operator
-RETURNING id, workspace_id, scopes, name, created_at, revoked_at
+-- there would read every tenant's operational events and could repoint the sink); the
+-- webhook its `webhooks:poll` scope is limited to (@webhook_id; NULL: none).
+INSERT INTO api_keys (id, workspace_id, key_hash, scopes, name, webhook_id)
+SELECT @id, id, @digest, @scopes, @name, @webhook_id FROM workspaces
+WHERE id = @workspace_id AND NOT operator
+RETURNING id, workspace_id, scopes, name, created_at, revoked_at, webhook_id
 
 -- name: keys_page
 -- Workspace @workspace_id's API keys, revoked ones included, without their hashes. Paged newest
 -- first after (@after_at, @after_id) (store/pages.py: the start when none), @limit rows.
-SELECT id, workspace_id, scopes, name, created_at, revoked_at FROM api_keys
+SELECT id, workspace_id, scopes, name, created_at, revoked_at, webhook_id FROM api_keys
 WHERE workspace_id = @workspace_id
   AND (created_at, id) < (@after_at, @after_id)
 ORDER BY created_at DESC, id DESC
@@ -70,7 +72,7 @@ RETURNING id
 
 -- name: live_key
 -- The live key whose SHA-256 is @digest.
-SELECT id, workspace_id, key_hash, scopes FROM api_keys
+SELECT id, workspace_id, key_hash, scopes, webhook_id FROM api_keys
 WHERE key_hash = @digest AND revoked_at IS NULL
 
 -- name: find_numbers
