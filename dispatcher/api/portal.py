@@ -82,7 +82,9 @@ class CreatePortalSession(Body):
 
 
 class ExchangePortalSecret(Body):
-    secret: Annotated[str, Field(min_length=1, max_length=200)]
+    # Any text but a NUL (refused by the body parser, on every string): a secret that is not
+    # one (a key, a made-up one) is looked up and refused as unknown (401).
+    secret: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00]*$")]
 
 
 def link(request: web.Request, row: SessionRow, secret: str) -> PortalSession:

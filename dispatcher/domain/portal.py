@@ -41,7 +41,11 @@ TOKEN_PREFIX = "dps_"
 # ASCII form) and an optional port; no path, query, fragment, user or trailing slash. https, or
 # http on a loopback host (development).
 _HOST = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*"
-_PORT = r"(?::(?:[1-9][0-9]{0,4}))?"
+# 1..65535, exactly (so the published pattern refuses what the service refuses).
+_PORT = (
+    r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}"
+    r"|[1-9][0-9]{0,3}))?"
+)
 _HTTPS = re.compile(rf"https://{_HOST}{_PORT}")
 _LOOPBACK = re.compile(rf"http://(?:localhost|127\.0\.0\.1|\[::1\]){_PORT}")
 ORIGIN_PATTERN = rf"^(https://{_HOST}|http://(localhost|127\.0\.0\.1|\[::1\])){_PORT}$"

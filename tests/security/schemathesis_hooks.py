@@ -37,6 +37,9 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
     ),
     # `url` against `mode`: required for a push webhook (the default), absent for a poll one.
     (r"body\.url", "is required for a push webhook|must be absent: a poll webhook"),
+    # A poll's iterator is the server's own (like a cursor), and `since` goes without one.
+    (r"query\.iterator", "must be an iterator a poll of this service answered"),
+    (r"query\.since", "must not be sent with an iterator"),
     # Mutual TLS: whether a PEM holds a readable certificate or key, the key matches the
     # certificate, and the dates (domain/tls.py), stated in its description.
     (
