@@ -223,7 +223,14 @@ CREATE TABLE IF NOT EXISTS webhooks (
         CHECK (cardinality(retry_schedule) BETWEEN 1 AND 20
                AND array_ndims(retry_schedule) = 1
                AND 1 <= ALL (retry_schedule) AND 86400 >= ALL (retry_schedule)
-               AND array_position(retry_schedule, NULL) IS NULL)
+               AND array_position(retry_schedule, NULL) IS NULL),
+    -- How attempts authenticate (docs/webhooks.md, "Authentication";
+    -- dispatcher/domain/endpoint_auth.py): `{"type": "oauth2", "tokenUrl", "clientId",
+    -- "clientSecret", "scope"?, "audience"?}`; NULL: none. Like `secret_headers`, kept as given
+    -- (the engine sends the client secret to the token URL); the API never returns
+    -- `clientSecret`. (Last: schema 20 added it.)
+    auth                        jsonb
+        CHECK (jsonb_typeof(auth) = 'object' AND auth ? 'type')
 );
 CREATE INDEX IF NOT EXISTS webhooks_page
     ON webhooks (workspace_id, created_at DESC, id DESC) WHERE deleted_at IS NULL;
@@ -441,4 +448,4 @@ CREATE OR REPLACE TRIGGER deliveries_status_changed AFTER UPDATE ON deliveries
 
 SELECT dispatcher_ensure_partitions(current_date - 1, current_date + 2);
 
-INSERT INTO dispatcher_schema (version) VALUES (19) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (20) ON CONFLICT DO NOTHING;

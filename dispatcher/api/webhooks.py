@@ -22,6 +22,8 @@ from aiohttp import web
 from pydantic import MISSING, AwareDatetime, Field, create_model
 from typing_extensions import TypedDict
 
+from dispatcher.api import endpoint_auth
+from dispatcher.api.endpoint_auth import OAuth2Auth, OAuth2AuthChange, WebhookAuth
 from dispatcher.api.framework.context import Services
 from dispatcher.api.framework.found import found, not_found
 from dispatcher.api.framework.pagination import Listing, PageQuery
@@ -111,6 +113,7 @@ class _CreateFields(Body):
     filter: PayloadFilter | None = None
     rateLimit: RateLimit | None = None
     ordering: Ordering = Field(default=Ordering.NONE, strict=False)
+    auth: OAuth2Auth | None = None
 
 
 # (PassedOptions first: pydantic orders the fields base by base from the last, so its come last.)
@@ -131,6 +134,7 @@ class _UpdateFields(Body):
     headers: HeaderMap | None = None
     secretHeaders: HeaderMap | None = None
     filter: PayloadFilter | None = None
+    auth: OAuth2AuthChange | None = None  # null removes it; see api/endpoint_auth.py
 
 
 class UpdateWebhook(PassedOptions, _UpdateFields):
@@ -168,6 +172,7 @@ class _WebhookFields(TypedDict):
     filter: dict[str, Any] | None
     rateLimit: int | None
     ordering: Ordering
+    auth: WebhookAuth | None
 
 
 class Webhook(_WebhookFields, PassedOptionsOut):
@@ -216,6 +221,7 @@ def webhook(row: WebhookRow, default_concurrency: int) -> Webhook:
         "filter": options.payload_filter,
         "rateLimit": options.rate_limit,
         "ordering": Ordering(options.ordering),
+        "auth": endpoint_auth.answered(options.auth),
         **_passed_out(options),
     }
 
@@ -288,6 +294,7 @@ async def create_webhook(
         payload_filter=stored_filter(body.filter),
         rate_limit=body.rateLimit,
         ordering=body.ordering,
+        auth=endpoint_auth.stored(body.auth),
         **_passed_in(body),
     )
     await webhooks.create(
@@ -335,6 +342,8 @@ def _changes(body: UpdateWebhook) -> WebhookChanges:
         changes["ordering"] = body.ordering or Ordering.NONE  # null returns to the default
     if body.enabled is not MISSING:
         changes["enabled"] = body.enabled
+    if "auth" in present:  # made what is stored under the lock (`update_webhook`'s check)
+        changes["auth"] = None
     changes.update(cast(WebhookChanges, _passed_in(body, present)))
     return changes
 
@@ -356,6 +365,8 @@ async def update_webhook(
                 changes.get("secret_headers", current.secret_headers),
                 header_changes,
             )
+        if "auth" in present:  # its client secret may be the stored one
+            changes["auth"] = endpoint_auth.kept_secret(body.auth, current.auth)
 
     await _check_numbers(svc, key.workspace_id, changes.get("number_ids"))
     answers: list[Rendered[Webhook]] = []

@@ -239,13 +239,16 @@ class Sender:
         secret_values: Sequence[str] = (),
         send_by: float | None = None,
         time_limit: float | None = None,
+        bearer: str | None = None,
     ) -> Outcome:
         """One attempt: `body` POSTed to `url`, signed with `secrets`, with the webhook's
         `custom_headers` (name, value) after ours; `secret_values` (its secret headers'
         values) are kept out of the excerpt, with the signature and `secrets`. With `send_by`
         (loop time), raises TooLate instead when the request could not be written by then
         (it was not sent: no attempt). `time_limit`: the endpoint's own, instead of the
-        sender's (DISPATCHER_REQUEST_TIMEOUT)."""
+        sender's (DISPATCHER_REQUEST_TIMEOUT). `bearer`: an OAuth access token, sent as
+        `Authorization: Bearer` (engine/oauth.py checked its characters) and kept out of the
+        excerpt."""
         assert self._client is not None, "Sender.start() first"
         started = time.perf_counter()
 
@@ -265,6 +268,8 @@ class Sender:
                 text = excerpt.decode("utf-8", "replace")
                 if text:
                     hidden = [*signing_values(signature, secrets), *secret_values]
+                    if bearer is not None:
+                        hidden.append(bearer)
                     text = redact(text, hidden, cut_off=len(excerpt) >= self.excerpt_bytes)
             return Outcome(kind, status, elapsed, error, retry_after, text)
 
@@ -286,6 +291,8 @@ class Sender:
                 signature.encode(),
                 extra,
             )
+            if bearer is not None:
+                headers += b"Authorization: Bearer %b\r\n" % bearer.encode("ascii")
             status, retry_after, excerpt = await self._client.post(
                 url, headers, body, send_by, time_limit
             )

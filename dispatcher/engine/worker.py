@@ -37,6 +37,7 @@ from dispatcher.domain import outcomes, rate_limits
 from dispatcher.domain.clock import Clock, SystemClock
 from dispatcher.domain.outcomes import AttemptOutcome
 from dispatcher.domain.retry import RetryPolicy
+from dispatcher.engine.oauth import Tokens
 from dispatcher.engine.recorder import Recorder
 from dispatcher.engine.sender import Outcome, Sender, TooLate
 from dispatcher.errors import DispatcherError
@@ -105,6 +106,8 @@ class Engine:
             excerpt_bytes=settings.response_excerpt_bytes,
             exempt_urls=exempt_urls,
         )
+        # The access tokens of endpoints with `auth` (engine/oauth.py).
+        self.tokens = Tokens(timeout=settings.request_timeout, allowed=settings.allowed_cidrs)
         self.recorder = Recorder(
             db,
             owner=self.owner,
@@ -145,6 +148,7 @@ class Engine:
 
     async def start(self) -> None:
         await self.sender.start()
+        await self.tokens.start()
         # Known as alive before the first claim, so no live engine takes its leases back.
         await queue.beat(self.db, owner=self.owner)
         # Dead engines' leases are handed back at once (logged as every take-over is), not a
@@ -215,6 +219,7 @@ class Engine:
         except DispatcherError as exc:
             log.warning("engine.leave_failed", error=str(exc))
         await self.sender.close()
+        await self.tokens.close()
         self._tally.flush()
         self.running = False
         metrics.ENGINE_RUNNING.set(0)
@@ -490,8 +495,14 @@ class Engine:
                 if tracing.ENABLED
                 else None
             )
+            auth = claimed.endpoint.auth
+            send = (
+                self.sender.send
+                if auth is None  # with auth: a bearer token first (engine/oauth.py)
+                else partial(self.tokens.send, self.sender, claimed.webhook_id, auth)
+            )
             try:
-                outcome = await self.sender.send(
+                outcome = await send(
                     claimed.endpoint.url,
                     claimed.id,
                     claimed.secrets,
