@@ -146,7 +146,12 @@ class Token(NamedTuple):
 
 class TokenRefused(Exception):
     """The token endpoint's answer gave no usable token; the message is the attempt's
-    `lastError` (it never quotes what the endpoint sent but a well-formed error code)."""
+    `lastError` (it never quotes what the endpoint sent); `code`, the RFC's error code of an
+    error answer when it gives a well-formed one (`invalid_client`), for the engine's log."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def token_failure(detail: str) -> str:
@@ -155,14 +160,10 @@ def token_failure(detail: str) -> str:
 
 def read_token(status: int, body: bytes) -> Token:
     """The token of a token endpoint's answer (RFC 6749 section 5.1), or TokenRefused saying
-    plainly why not: `OAuth token endpoint: HTTP 500`, with the RFC's error code when an
-    error answer gives a well-formed one (`HTTP 401 (invalid_client)`)."""
+    plainly why not: `OAuth token endpoint: HTTP 500` for an error status (the RFC's error
+    code, `invalid_client`, apart in `code`)."""
     if not 200 <= status < 300:
-        detail = f"HTTP {status}"
-        code = _error_code(body)
-        if code is not None:
-            detail += f" ({code})"
-        raise TokenRefused(token_failure(detail))
+        raise TokenRefused(token_failure(f"HTTP {status}"), _error_code(body))
     try:
         answer = orjson.loads(body)
     except orjson.JSONDecodeError:

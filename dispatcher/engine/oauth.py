@@ -70,10 +70,11 @@ class TokenFailed(Exception):
     """No token: the attempt is recorded with `kind` and `error` (the token endpoint's
     words)."""
 
-    def __init__(self, kind: AttemptOutcome, error: str) -> None:
+    def __init__(self, kind: AttemptOutcome, error: str, code: str | None = None) -> None:
         super().__init__(error)
         self.kind = kind
         self.error = error
+        self.code = code  # the token endpoint's error code (RFC 6749 section 5.2), if any
 
 
 class _Kept(NamedTuple):
@@ -201,7 +202,7 @@ class Tokens:
         try:
             return read_token(status, answer)
         except TokenRefused as exc:
-            raise TokenFailed(AttemptOutcome.CONNECTION_ERROR, str(exc)) from None
+            raise TokenFailed(AttemptOutcome.CONNECTION_ERROR, str(exc), exc.code) from None
 
     # -- attempts ----------------------------------------------------------------------------
 
@@ -229,7 +230,7 @@ class Tokens:
 
         def failed(exc: TokenFailed) -> Outcome:
             log.info("oauth.token_failed", webhook_id=webhook_id, delivery_id=delivery_id,
-                     error=exc.error)  # fmt: skip
+                     error=exc.error, error_code=exc.code)  # fmt: skip
             return Outcome(exc.kind, None, _ms_since(started), exc.error)
 
         try:
