@@ -117,6 +117,10 @@ class OAuth2Client(NamedTuple):
 
     @classmethod
     def of(cls, auth: Mapping[str, Any]) -> OAuth2Client:
+        """The client of a stored `auth`; KeyError or ValueError when it is not a whole
+        oauth2 one (stored past the API)."""
+        if auth.get("type") != OAUTH2:
+            raise ValueError("not an oauth2 auth")
         return cls(
             str(auth[TOKEN_URL]),
             str(auth[CLIENT_ID]),

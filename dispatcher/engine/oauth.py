@@ -62,6 +62,7 @@ MAX_TOKEN_CONNECTIONS = 64
 # Tokens kept; past it the cache starts afresh (tokens of deleted webhooks go then).
 MAX_CACHED = 10_000
 UNAUTHORIZED = 401
+UNUSABLE = "the webhook's auth cannot be used: set it again with a PATCH"
 
 Key = tuple[str, OAuth2Client]  # the webhook, its credentials
 
@@ -224,7 +225,10 @@ class Tokens:
         once more with a new token after a 401. A custom `Authorization` header gives way to
         the token's. The outcome's time is the attempt's, the token's request included."""
         started = time.perf_counter()
-        key = (webhook_id, OAuth2Client.of(auth))
+        try:
+            key = (webhook_id, OAuth2Client.of(auth))
+        except (KeyError, TypeError, ValueError):  # stored past the API: never sent half-made
+            return Outcome(AttemptOutcome.CONNECTION_ERROR, None, _ms_since(started), UNUSABLE)
         custom = tuple((n, v) for n, v in custom_headers if n.lower() != "authorization")
         hidden = (*secret_values, key[1].client_secret)
 

@@ -292,9 +292,12 @@ async def test_a_thousand_deliveries_share_a_handful_of_tokens(
     async def all_delivered() -> bool:
         return await delivered_count(db) == 1000
 
+    started = asyncio.get_running_loop().time()
     await wait_for(all_delivered, within=120)
+    took = asyncio.get_running_loop().time() - started
     assert len(receiver.at("/hook")) == 1000  # no 401, no second send
     assert 1 <= len(tokens.requests) <= 2, len(tokens.requests)
+    print(f"\n1,000 deliveries, 2 engines: {len(tokens.requests)} token requests, {took:.1f} s")
 
 
 async def test_a_failing_token_endpoint_is_recorded_plainly_and_retried(
@@ -338,6 +341,7 @@ async def test_a_failing_token_endpoint_is_recorded_plainly_and_retried(
 async def test_token_endpoint_errors_in_plain_words(
     client: TestClient[Any, Any],
     ws: Workspace,
+    db: Database,
     receiver: Receiver,
     tokens: TokenEndpoint,
     make_engine: EngineFactory,
@@ -349,10 +353,17 @@ async def test_token_endpoint_errors_in_plain_words(
     guarded = await subscribe(
         client, ws, receiver.url(), auth={**auth(tokens), "tokenUrl": "http://10.1.2.3/token"}
     )
+    broken = await subscribe(client, ws, receiver.url(), auth=auth(tokens))
+    async with db.acquire() as conn:  # stored past the API: half an auth
+        await conn.execute(
+            """UPDATE webhooks SET auth = '{"type": "oauth2"}' WHERE id = $1""", broken["id"]
+        )
     await publish(client, ws)
     engine = await make_engine(disable_after=10**8)
     first = await attempted(client, ws, refused["id"], 1, engine)
     assert first["lastError"] == "OAuth token endpoint: HTTP 401"
     second = await attempted(client, ws, guarded["id"], 1, engine)
     assert second["lastError"].startswith("OAuth token endpoint: blocked: ")
+    third = await attempted(client, ws, broken["id"], 1, engine)
+    assert third["lastError"] == "the webhook's auth cannot be used: set it again with a PATCH"
     assert receiver.at("/hook") == []
