@@ -7,7 +7,7 @@ document). A PATCH's `auth` may leave `clientSecret` out to keep the stored one,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import Field
 from typing_extensions import TypedDict
@@ -64,13 +64,14 @@ class OAuth2AuthChange(Body):
 
 
 class WebhookAuth(TypedDict):
-    """A webhook's `auth` as answered: never its `clientSecret`."""
+    """A webhook's `auth` as answered: as given, never its `clientSecret` (an unset `scope`
+    or `audience` is absent)."""
 
     type: Literal["oauth2"]
     tokenUrl: str
     clientId: str
-    scope: str | None
-    audience: str | None
+    scope: NotRequired[str]
+    audience: NotRequired[str]
 
 
 def stored(auth: OAuth2Auth | None) -> dict[str, Any] | None:

@@ -74,11 +74,11 @@ class MissingSecret(ValueError):
 
 
 def answered(auth: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """`auth` as an answer shows it: every key but the secret (scope and audience null when
-    unset)."""
+    """`auth` as an answer shows it: as stored, but the secret (an unset scope or audience
+    is absent, as it was given)."""
     if auth is None:
         return None
-    return {key: auth.get(key) for key in KEYS if key != WITHHELD_KEY}
+    return {key: auth[key] for key in KEYS if key != WITHHELD_KEY and key in auth}
 
 
 def stored(given: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,8 +27,6 @@ ANSWERED = {
     "type": "oauth2",
     "tokenUrl": "https://auth.example.com/oauth/token",
     "clientId": "dispatcher-client",
-    "scope": None,
-    "audience": None,
 }
 
 
@@ -165,6 +163,7 @@ def test_the_document_shows_the_shapes_the_secret_write_only() -> None:
     assert "clientSecret" not in change["required"]
     answered = schemas["WebhookAuth"]
     assert "clientSecret" not in answered["properties"]
-    assert set(answered["properties"]) == set(ANSWERED)
+    assert set(answered["properties"]) == {*ANSWERED, "scope", "audience"}
+    assert set(answered["required"]) == set(ANSWERED)
     assert "auth" in schemas["Webhook"]["properties"]
     assert "auth" in schemas["CreateWebhook"]["properties"]

@@ -96,9 +96,8 @@ def test_answers_show_everything_but_the_secret() -> None:
         "type": "oauth2",
         "tokenUrl": "https://auth.example.com/token",
         "clientId": "id 1",
-        "scope": None,
-        "audience": None,
     }
+    assert rules.answered({**STORED, "scope": "s"}) == {**rules.answered(STORED), "scope": "s"}
     assert rules.secret_values(STORED) == ("p@ss:w/rd+",)
     assert rules.secret_values(None) == ()
 
