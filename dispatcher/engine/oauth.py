@@ -157,7 +157,12 @@ class Tokens:
     async def _fetch(self, key: Key, time_limit: float | None) -> str:
         webhook_id, client = key
         asked = self.now()
-        token = await self._request(client, time_limit)
+        try:
+            token = await self._request(client, time_limit)
+        except TokenFailed as exc:  # logged once per request, not once per attempt waiting
+            log.info("oauth.token_failed", webhook_id=webhook_id, error=exc.error,
+                     error_code=exc.code)  # fmt: skip
+            raise
         if len(self._kept) >= MAX_CACHED:
             self._kept.clear()
         self._kept[key] = _Kept(token.value, asked + token.lifetime)
@@ -233,8 +238,6 @@ class Tokens:
         hidden = (*secret_values, key[1].client_secret)
 
         def failed(exc: TokenFailed) -> Outcome:
-            log.info("oauth.token_failed", webhook_id=webhook_id, delivery_id=delivery_id,
-                     error=exc.error, error_code=exc.code)  # fmt: skip
             return Outcome(exc.kind, None, _ms_since(started), exc.error)
 
         try:
