@@ -250,6 +250,13 @@ CREATE TABLE IF NOT EXISTS webhooks (
                AND array_ndims(retry_schedule) = 1
                AND 1 <= ALL (retry_schedule) AND 86400 >= ALL (retry_schedule)
                AND array_position(retry_schedule, NULL) IS NULL),
+    -- How attempts authenticate (docs/webhooks.md, "Authentication";
+    -- dispatcher/domain/endpoint_auth.py): `{"type": "oauth2", "tokenUrl", "clientId",
+    -- "clientSecret", "scope"?, "audience"?}`; NULL: none. Like `secret_headers`, kept as given
+    -- (the engine sends the client secret to the token URL); the API never returns
+    -- `clientSecret`. (Last: schema 20 added it.)
+    auth                        jsonb
+        CHECK (jsonb_typeof(auth) = 'object' AND auth ? 'type'),
     -- Mutual TLS: `{"clientCertificate", "clientKey", "caCertificate"}` (PEM; the CA may be
     -- null), checked by the API (dispatcher/domain/tls.py); NULL: none. Like `secret_headers`,
     -- kept as given since the engine uses it; answers never carry `clientKey`.

@@ -32,7 +32,12 @@ def _secret_sounding(name: str) -> bool:
     """Whether values under `name` are redacted: decided once per field name (the names are
     the code's, a small set), not at every event."""
     lowered = name.lower()
-    return any(part == lowered or lowered.endswith("_" + part) for part in _SECRET_KEYS)
+    return any(
+        part == lowered
+        or lowered.endswith("_" + part)
+        or name.endswith(part.title().replace("_", ""))  # camelCase: clientSecret, accessToken
+        for part in _SECRET_KEYS
+    )
 
 
 def _json_line(event: Any, **_: Any) -> str:

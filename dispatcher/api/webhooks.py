@@ -22,6 +22,8 @@ from aiohttp import web
 from pydantic import MISSING, AwareDatetime, Field, create_model
 from typing_extensions import TypedDict
 
+from dispatcher.api import endpoint_auth
+from dispatcher.api.endpoint_auth import OAuth2Auth, OAuth2AuthChange, WebhookAuth
 from dispatcher.api.endpoint_tls import Tls, TlsOut, stored_tls, tls_out
 from dispatcher.api.framework.context import Services
 from dispatcher.api.framework.found import found, not_found
@@ -114,6 +116,7 @@ class _CreateFields(Body):
     filter: PayloadFilter | None = None
     rateLimit: RateLimit | None = None
     ordering: Ordering = Field(default=Ordering.NONE, strict=False)
+    auth: OAuth2Auth | None = None
     tls: Tls | None = None  # mutual TLS (api/endpoint_tls.py)
     # "push" (the default): deliveries POSTed to `url`; "poll": no url, the events read by
     # GET /v1/webhooks/{id}/poll (docs/webhooks.md, "Poll mode"). Fixed at creation.
@@ -138,6 +141,7 @@ class _UpdateFields(Body):
     headers: HeaderMap | None = None
     secretHeaders: HeaderMap | None = None
     filter: PayloadFilter | None = None
+    auth: OAuth2AuthChange | None = None  # null removes it; see api/endpoint_auth.py
     tls: Tls | None = None  # replaced whole; null removes it
 
 
@@ -176,6 +180,7 @@ class _WebhookFields(TypedDict):
     filter: dict[str, Any] | None
     rateLimit: int | None
     ordering: Ordering
+    auth: WebhookAuth | None
     tls: TlsOut | None
     mode: WebhookMode
 
@@ -226,6 +231,7 @@ def webhook(row: WebhookRow, default_concurrency: int) -> Webhook:
         "filter": options.payload_filter,
         "rateLimit": options.rate_limit,
         "ordering": Ordering(options.ordering),
+        "auth": endpoint_auth.answered(options.auth),
         "tls": tls_out(options.tls),
         "mode": WebhookMode(options.mode),
         **_passed_out(options),
@@ -321,6 +327,7 @@ async def create_webhook(
         payload_filter=stored_filter(body.filter),
         rate_limit=body.rateLimit,
         ordering=body.ordering,
+        auth=endpoint_auth.stored(body.auth),
         tls=stored_tls(body.tls, svc.clock.now()),
         **_passed_in(body),
         mode=body.mode,
@@ -370,6 +377,8 @@ def _changes(body: UpdateWebhook, now: datetime) -> WebhookChanges:
         changes["ordering"] = body.ordering or Ordering.NONE  # null returns to the default
     if body.enabled is not MISSING:
         changes["enabled"] = body.enabled
+    if "auth" in present:  # made what is stored under the lock (`update_webhook`'s check)
+        changes["auth"] = None
     if "tls" in present:
         changes["tls"] = stored_tls(body.tls, now)
     changes.update(cast(WebhookChanges, _passed_in(body, present)))
@@ -395,6 +404,8 @@ async def update_webhook(
                 changes.get("secret_headers", current.secret_headers),
                 header_changes,
             )
+        if "auth" in present:  # its client secret may be the stored one
+            changes["auth"] = endpoint_auth.kept_secret(body.auth, current.auth)
 
     await _check_numbers(svc, key.workspace_id, changes.get("number_ids"))
     answers: list[Rendered[Webhook]] = []

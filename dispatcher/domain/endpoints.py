@@ -77,6 +77,9 @@ class EndpointOptions(NamedTuple):
     timeout_seconds: float | None = None  # None: DISPATCHER_REQUEST_TIMEOUT
     # Seconds after attempt i+1 (domain/retry.py); None: DISPATCHER_RETRY_SCHEDULE.
     retry_schedule: list[int] | None = None
+    # How attempts authenticate (domain/endpoint_auth.py: OAuth 2.0 client credentials, its
+    # API names as keys); None: no auth. Read for the API, without its `clientSecret`.
+    auth: dict[str, Any] | None = None
     # Mutual TLS (domain/tls.py): `clientCertificate`, `clientKey`, `caCertificate` (PEM; the
     # last may be None); read for the API, without `clientKey`. None: none.
     tls: dict[str, Any] | None = None
@@ -108,6 +111,7 @@ class EndpointChanges(TypedDict, total=False):
     ordering: Ordering
     timeout_seconds: float | None
     retry_schedule: list[int] | None
+    auth: dict[str, Any] | None
     tls: dict[str, Any] | None
     mode: str
     enabled: bool

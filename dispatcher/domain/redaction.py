@@ -3,7 +3,9 @@
 A receiver that echoes the request's headers (many test endpoints and API gateways do) would
 otherwise put the webhook's secret header values, its signature and, through a careless
 receiver, its signing secret into the attempt log, which read-only keys and the console show.
-The engine passes every excerpt through `redact` before it is kept (engine/sender.py, where
+An endpoint with OAuth (domain/endpoint_auth.py) adds its bearer token and its client
+secret to the values hidden (engine/oauth.py passes them, engine/sender.py hides them). The
+engine passes every excerpt through `redact` before it is kept (engine/sender.py, where
 excerpts are made): each secret is replaced by REDACTED wherever it appears, in the forms an
 echo writes it (as sent, JSON-escaped, percent-encoded), and an excerpt cut off in the middle
 of one loses the cut-off beginning too (two characters or more of it).

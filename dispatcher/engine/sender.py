@@ -257,6 +257,7 @@ class Sender:
         time_limit: float | None = None,
         webhook_id: str = "",
         tls: Mapping[str, Any] | None = None,
+        bearer: str | None = None,
     ) -> Outcome:
         """One attempt: `body` POSTed to `url`, signed with `secrets`, with the webhook's
         `custom_headers` (name, value) after ours; `secret_values` (its secret headers'
@@ -264,7 +265,9 @@ class Sender:
         (loop time), raises TooLate instead when the request could not be written by then
         (it was not sent: no attempt). `time_limit`: the endpoint's own, instead of the
         sender's (DISPATCHER_REQUEST_TIMEOUT). `tls`: webhook `webhook_id`'s mutual TLS
-        (domain/tls.py), presented over connections of its own."""
+        (domain/tls.py), presented over connections of its own. `bearer`: an OAuth access
+        token, sent as `Authorization: Bearer` (engine/oauth.py checked its characters) and
+        kept out of the excerpt."""
         assert self._client is not None, "Sender.start() first"
         started = time.perf_counter()
 
@@ -288,6 +291,8 @@ class Sender:
                         *secret_values,
                         *self._proxy_secrets,
                     ]
+                    if bearer is not None:
+                        hidden.append(bearer)
                     text = redact(text, hidden, cut_off=len(excerpt) >= self.excerpt_bytes)
             return Outcome(kind, status, elapsed, error, retry_after, text)
 
@@ -315,6 +320,8 @@ class Sender:
                 signature.encode(),
                 extra,
             )
+            if bearer is not None:
+                headers += b"Authorization: Bearer %b\r\n" % bearer.encode("ascii")
             status, retry_after, excerpt = await self._client.post(
                 url, headers, body, send_by, time_limit, own
             )

@@ -37,6 +37,7 @@ from dispatcher.domain import outcomes, rate_limits
 from dispatcher.domain.clock import Clock, SystemClock
 from dispatcher.domain.outcomes import AttemptOutcome
 from dispatcher.domain.retry import RetryPolicy
+from dispatcher.engine.oauth import Tokens
 from dispatcher.engine.recorder import Recorder
 from dispatcher.engine.sender import Outcome, Sender, TooLate
 from dispatcher.errors import DispatcherError
@@ -106,6 +107,8 @@ class Engine:
             exempt_urls=exempt_urls,
             proxy=settings.egress_proxy,
         )
+        # The access tokens of endpoints with `auth` (engine/oauth.py).
+        self.tokens = Tokens(timeout=settings.request_timeout, allowed=settings.allowed_cidrs)
         self.recorder = Recorder(
             db,
             owner=self.owner,
@@ -146,6 +149,7 @@ class Engine:
 
     async def start(self) -> None:
         await self.sender.start()
+        await self.tokens.start()
         # Known as alive before the first claim, so no live engine takes its leases back.
         await queue.beat(self.db, owner=self.owner)
         # Dead engines' leases are handed back at once (logged as every take-over is), not a
@@ -216,6 +220,7 @@ class Engine:
         except DispatcherError as exc:
             log.warning("engine.leave_failed", error=str(exc))
         await self.sender.close()
+        await self.tokens.close()
         self._tally.flush()
         self.running = False
         metrics.ENGINE_RUNNING.set(0)
@@ -491,8 +496,14 @@ class Engine:
                 if tracing.ENABLED
                 else None
             )
+            auth = claimed.endpoint.auth
+            send = (
+                self.sender.send
+                if auth is None  # with auth: a bearer token first (engine/oauth.py)
+                else partial(self.tokens.send, self.sender, claimed.webhook_id, auth)
+            )
             try:
-                outcome = await self.sender.send(
+                outcome = await send(
                     # A poll webhook (no url) has no deliveries; "" would fail as no URL.
                     claimed.endpoint.url or "",
                     claimed.id,

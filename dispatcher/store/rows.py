@@ -88,6 +88,7 @@ class LockedWebhookRow(NamedTuple):
     headers: dict[str, str]
     secret_headers: dict[str, str]
     ordering: str  # Ordering
+    auth: dict[str, Any] | None  # with its client secret (domain/endpoint_auth.py)
     mode: str  # WebhookMode
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from dispatcher.domain import ids, operational
+from dispatcher.domain import endpoint_auth, ids, operational
 from dispatcher.domain.endpoints import (
     OPTIONS,
     WITHHELD,
@@ -67,6 +67,8 @@ def option_columns(table: str = "", *, answered: bool = False) -> str:
     prefix = f"{table}." if table else ""
 
     def column(option: str) -> str:
+        if answered and option == endpoint_auth.AUTH:  # without its client secret
+            return f"({prefix}{option} - '{endpoint_auth.WITHHELD_KEY}') AS {option}"
         if answered and option in WRITE_ONLY:
             return (
                 f"(SELECT coalesce(jsonb_object_agg(k, '{WITHHELD}'), '{{}}')"

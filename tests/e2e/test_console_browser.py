@@ -1,7 +1,8 @@
 """The console as a support person uses it, in headless Chromium (tests/browser.py) against a
 real `dispatcher serve` process and a real receiver on loopback: sign in, find a failing
 delivery, fix the receiver, click Retry, see it delivered with its attempts; an event's hostile
-data shown as text and never run; a read-only key offered no Retry, and refused by the API.
+data shown as text and never run; a read-only key offered no Retry, and refused by the API; a
+webhook's OAuth auth shown and edited, never its client secret.
 
 Each browser step runs in a thread (`step`): the receiver answers on this test's event loop,
 which must keep turning while the browser waits."""
@@ -511,3 +512,67 @@ async def test_the_webhook_page_shows_mutual_tls_never_its_key(
     assert "on: client certificate CN=console client" in shown
     assert "the system's CAs" in shown
     assert issued.key.splitlines()[1] not in browser.driver.page_source
+
+
+# -- a webhook's OAuth auth: shown and edited, never its secret ------------------------------
+
+AUTH_SECRET = "console-Secret-never-shown-9f3a"
+TOKEN_URL = "https://auth.example.com/oauth/token"
+CONSOLE_AUTH = {"type": "oauth2", "tokenUrl": TOKEN_URL, "clientId": "console-client"}
+
+
+def create_with_auth_through_the_form(browser: Browser) -> None:
+    browser.open("#/webhooks/new")
+    driver = browser.driver
+    url = browser.wait(lambda d: d.find_element(By.ID, "field-url"), "the form")
+    url.send_keys("https://hooks.example.com/in")
+    driver.find_element(By.CSS_SELECTOR, ".events-choice input[type=checkbox]").click()
+    auth = driver.find_element(By.ID, "field-auth")
+    assert "clientSecret" in text_of(driver, ".webhook-form")  # the hint says how
+    auth.send_keys(json.dumps({**CONSOLE_AUTH, "clientSecret": AUTH_SECRET}))
+    driver.find_element(By.CSS_SELECTOR, ".webhook-form button[type=submit]").click()
+    browser.wait(lambda d: "Webhook created" in d.page_source, "the webhook created")
+
+
+def see_the_auth_without_the_secret(browser: Browser, hook_id: str) -> None:
+    browser.open(f"#/webhooks/{hook_id}")
+    driver = browser.driver
+    browser.wait(
+        lambda d: "oauth2: client console-client at " + TOKEN_URL in text_of(d, "dl.settings"),
+        "the auth in words",
+    )
+    auth = driver.find_element(By.ID, "field-auth")  # the edit form, pre-filled
+    assert json.loads(auth.get_attribute("value") or "{}")["clientId"] == "console-client"
+    assert AUTH_SECRET not in (auth.get_attribute("value") or "")
+    assert AUTH_SECRET not in driver.page_source
+    browser.shot("webhook-auth")
+
+
+def change_the_scope_without_the_secret(browser: Browser) -> None:
+    driver = browser.driver
+    driver.find_element(By.CSS_SELECTOR, "details.edit summary").click()
+    auth = driver.find_element(By.ID, "field-auth")
+    auth.clear()
+    auth.send_keys(json.dumps({**CONSOLE_AUTH, "scope": "hooks:write"}))
+    driver.find_element(By.CSS_SELECTOR, "details.edit button[type=submit]").click()
+    browser.wait(lambda d: "scope hooks:write" in text_of(d, "dl.settings"), "the new scope")
+    assert AUTH_SECRET not in driver.page_source
+
+
+async def test_the_auth_is_shown_and_edited_never_its_secret(
+    browser: Browser, service: Service, database_url: str
+) -> None:
+    browser.base = service.base
+    await step(sign_in, browser, service.key)
+    await step(create_with_auth_through_the_form, browser)
+    (hook,) = [h for h in (await service.call("GET", "/v1/webhooks"))["data"] if h["auth"]]
+    assert hook["auth"] == CONSOLE_AUTH
+    await step(see_the_auth_without_the_secret, browser, hook["id"])
+    await step(change_the_scope_without_the_secret, browser)
+    db = await Database.open(database_url, min_size=1, max_size=1)
+    try:
+        async with db.acquire() as conn:
+            stored = await conn.fetchval("SELECT auth FROM webhooks WHERE id = $1", hook["id"])
+    finally:
+        await db.close()
+    assert stored == {**CONSOLE_AUTH, "clientSecret": AUTH_SECRET, "scope": "hooks:write"}

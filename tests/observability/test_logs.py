@@ -132,9 +132,11 @@ def test_settings_are_logged_with_passwords_masked() -> None:
 
 
 def test_secret_looking_fields_are_masked(captured: io.StringIO) -> None:
-    structlog.get_logger().info("oops", secret="whsec_abc", api_key="dk_abc", webhook_id="WH1")
+    structlog.get_logger().info("oops", secret="whsec_abc", api_key="dk_abc", webhook_id="WH1",
+                                clientSecret="s", access_token="t", accessToken="t")  # fmt: skip
     (entry,) = lines(captured)
     assert entry["secret"] == "***" and entry["api_key"] == "***"
+    assert entry["clientSecret"] == entry["access_token"] == entry["accessToken"] == "***"
     assert entry["webhook_id"] == "WH1"
 
 

@@ -28,6 +28,9 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
     # Across `headers` and `secretHeaders` (their count, size and names), stated in their
     # description only.
     (r"body\.(headers|secretHeaders)", "at most|repeats"),
+    # A PATCH's `auth` without `clientSecret` keeps the stored one only for the same token
+    # URL and client (api/endpoint_auth.py): the stored `auth` is state.
+    (r"body\.auth\.clientSecret", "is required unless the stored auth"),
     # The filter's bounds (its size in bytes of compact JSON, its values and array elements
     # counted across every level, what its arrays hold), stated in its description.
     (

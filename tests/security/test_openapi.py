@@ -78,7 +78,7 @@ def test_patch_fields_are_nullable_only_where_the_server_takes_null() -> None:
     }
     assert nullable == {
         "name", "numberIds", "maxConcurrency", "rateLimit", "ordering", "headers",
-        "secretHeaders", "filter", "timeoutSeconds", "retrySchedule", "tls",
+        "secretHeaders", "filter", "timeoutSeconds", "retrySchedule", "tls", "auth",
     }  # fmt: skip
     assert properties["url"]["type"] == "string"
     assert properties["enabled"] == {"type": "boolean"}

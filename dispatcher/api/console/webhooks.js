@@ -106,8 +106,10 @@ function settingsList(hook) {
     ["max concurrency", String(hook.maxConcurrency)],
     ["created", when(hook.createdAt)],
   ];
-  for (const [name, caption] of extraFields().filter((extra) => !extra.writeOnly).map((extra) => [extra.name, extra.caption])) {
-    if (name in hook) rows.push([caption, h("code", {}, JSON.stringify(hook[name]))]);
+  for (const extra of extraFields().filter((field) => !field.writeOnly)) {
+    if (!(extra.name in hook)) continue;
+    const value = hook[extra.name];
+    rows.push([extra.caption, extra.describe ? extra.describe(value) : h("code", {}, JSON.stringify(value))]);
   }
   if ("secretHeaderNames" in hook) rows.push(["secret header names", hook.secretHeaderNames.join(", ") || "none"]);
   if ("tls" in hook) rows.push(["mutual TLS", tlsSummary(hook.tls)]);
@@ -233,7 +235,17 @@ const EXTRA_FIELDS = [
   { name: "ordering", caption: "ordering", kind: "choice", choices: [["", "(server default)"], ["none", "none"], ["fifo", "fifo"]] },
   { name: "tls", caption: "mutual TLS", kind: "json", writeOnly: true, hint: 'JSON object {"clientCertificate": PEM, "clientKey": PEM, "caCertificate": PEM or null}; the key is never shown again; empty keeps it, null removes it' },
   { name: "rateLimit", caption: "rate limit (requests/s)", kind: "integer", hint: () => [rangeHint("rateLimit"), "empty: no limit"].filter(Boolean).join("; ") },
+  // Answered without its clientSecret (write-only): shown and pre-filled without it.
+  { name: "auth", caption: "authentication", kind: "json", describe: describeAuth,
+    hint: 'OAuth 2.0 client credentials, JSON: {"type": "oauth2", "tokenUrl": "https://…", "clientId": "…", "clientSecret": "…", "scope": "…"}; the secret is never shown again: left out, the stored one is kept (same tokenUrl and clientId); empty: none' },
 ];
+
+/** A webhook's `auth` in words: its type, token URL and client id (never a secret). */
+function describeAuth(auth) {
+  if (!auth) return "none";
+  return h("span", {}, `${auth.type}: client `, h("code", {}, auth.clientId), " at ", h("code", {}, auth.tokenUrl),
+    auth.scope ? `, scope ${auth.scope}` : "", auth.audience ? `, audience ${auth.audience}` : "");
+}
 // The fields the form writes out itself (the first ones and the extra ones above).
 const WRITTEN = new Set(["url", "events", "name", "numberIds", "maxConcurrency", ...EXTRA_FIELDS.map((extra) => extra.name)]);
 // Every other field of the create body is an option the API passes through (null: the

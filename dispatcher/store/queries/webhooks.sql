@@ -66,12 +66,12 @@ RETURNING id, workspace_id
 -- name: lock_webhook
 -- Lock webhook @webhook_id of workspace @workspace_id, unless deleted, for a change; returns
 -- whether it is disabled, its custom headers (a change to one object is checked with the
--- other) and its ordering. FOR NO KEY UPDATE, the lock an UPDATE of it takes (its id never
+-- other), its ordering and its auth (a PATCH may keep its client secret). FOR NO KEY UPDATE, the lock an UPDATE of it takes (its id never
 -- changes): FOR UPDATE would also block the FOR KEY SHARE lock that every new delivery takes
 -- on its webhook (the foreign key), so a change publishing webhook.disabled to its siblings
 -- and a recorder or another change publishing to this one waited for each other: a deadlock.
 -- The lock order every writer of webhooks rows keeps is in docs/delivery.md, "Lock order".
-SELECT id, disabled_at, headers, secret_headers, ordering, mode FROM webhooks
+SELECT id, disabled_at, headers, secret_headers, ordering, auth, mode FROM webhooks
 WHERE workspace_id = @workspace_id AND id = @webhook_id AND deleted_at IS NULL
 FOR NO KEY UPDATE
 
