@@ -175,7 +175,7 @@ async def test_a_manage_link_opens_the_console_once(browser: Browser, service: S
     assert driver.find_elements(By.CSS_SELECTOR, ".badge-readonly") == []
     # Only what the session may see: no conversations.
     sections = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#nav a")]
-    assert sections == ["Webhooks", "Events"]
+    assert sections == ["Webhooks", "Events", "Event types"]
     await step(no_console_error, browser)
     # The same link again: its secret was exchanged already.
     await step(driver.get, made["url"])
