@@ -223,8 +223,17 @@ CREATE TABLE IF NOT EXISTS webhooks (
         CHECK (cardinality(retry_schedule) BETWEEN 1 AND 20
                AND array_ndims(retry_schedule) = 1
                AND 1 <= ALL (retry_schedule) AND 86400 >= ALL (retry_schedule)
-               AND array_position(retry_schedule, NULL) IS NULL)
+               AND array_position(retry_schedule, NULL) IS NULL),
+    -- Flow control (docs/delivery.md, "Flow control"; domain/flow_control.py): the effective
+    -- rate the receiver's 429s adapted, requests a second (NULL: not adapted, `rate_limit` or
+    -- none), what it recovers to, its last change and its last decrease. The claim's bucket
+    -- runs at coalesce(adapted_rate, rate_limit). (Last: schema 22 added them.)
+    adapted_rate                double precision CHECK (adapted_rate > 0),
+    adapted_ceiling             double precision CHECK (adapted_ceiling > 0),
+    adapted_at                  timestamptz,
+    slowed_at                   timestamptz
 );
+CREATE INDEX IF NOT EXISTS webhooks_adapted ON webhooks (id) WHERE adapted_rate IS NOT NULL;
 CREATE INDEX IF NOT EXISTS webhooks_page
     ON webhooks (workspace_id, created_at DESC, id DESC) WHERE deleted_at IS NULL;
 CREATE INDEX IF NOT EXISTS webhooks_live
@@ -355,7 +364,9 @@ CREATE INDEX IF NOT EXISTS delivery_lanes_head ON delivery_lanes (head_id);
 -- promised ceil(1.1 R) with about 70 ms to spare for the time between claim and request.
 -- Taking n moves it to max(ready_at, t - 0.03 s) + n / R. A claim takes from a bucket under
 -- its row lock (database time, one clock for every replica); an endpoint whose `ready_at` is
--- ahead is left out of the claim's walk, like a saturated one.
+-- ahead is left out of the claim's walk, like a saturated one. R is the endpoint's effective
+-- rate, coalesce(webhooks.adapted_rate, rate_limit) (flow control: an endpoint without a rate
+-- limit has a row here while the receiver's 429s have its rate adapted).
 CREATE TABLE IF NOT EXISTS webhook_rates (
     webhook_id  text PRIMARY KEY,
     ready_at    timestamptz NOT NULL DEFAULT '-infinity'
@@ -441,4 +452,4 @@ CREATE OR REPLACE TRIGGER deliveries_status_changed AFTER UPDATE ON deliveries
 
 SELECT dispatcher_ensure_partitions(current_date - 1, current_date + 2);
 
-INSERT INTO dispatcher_schema (version) VALUES (19) ON CONFLICT DO NOTHING;
+INSERT INTO dispatcher_schema (version) VALUES (22) ON CONFLICT DO NOTHING;

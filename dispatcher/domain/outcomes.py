@@ -5,7 +5,9 @@ For the delivery, a decision has exactly one of three forms: `Delivered`, `Retry
 or `GivenUp` with why. For the endpoint, each decision either resets the failure clock (a
 success) or starts it (any failure, unless already running), and a give-up may disable it:
 at once when the receiver answered 410 (`gone`), or as `failing` when the clock says it has
-had no success for `DISPATCHER_DISABLE_AFTER`.
+had no success for `DISPATCHER_DISABLE_AFTER`. A 429 or 503 with a valid `Retry-After` is the
+receiver asking for time (`paced`): it leaves the clock as it is, and a give-up on it disables
+nothing (domain/flow_control.py).
 
 Everything here is pure (time comes in as `now`, randomness as `rand`), so the rules are
 unit-tested as tables, without a database. The engine asks `decide` right after an attempt
@@ -60,6 +62,9 @@ class ClockEffect(StrEnum):
 
     RESET = "reset"  # a success: the endpoint is not failing
     START = "start"  # a failure: failing since now, unless it already was
+    # A 429 or 503 with a valid Retry-After: the receiver asked for time (domain/
+    # flow_control.py); not held against the endpoint: its clock stays as it is.
+    KEEP = "keep"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +80,18 @@ class Delivered:
 
 @dataclass(frozen=True, slots=True)
 class RetryAt:
-    """Failed; due again at `at` (still pending)."""
+    """Failed; due again at `at` (still pending). `paced`: the receiver asked for time (a
+    429 or 503 with Retry-After), which does not count against the endpoint."""
 
     at: datetime
+    paced: bool = False
 
     status: ClassVar[DeliveryStatus] = DeliveryStatus.PENDING
-    failure_clock: ClassVar[ClockEffect] = ClockEffect.START
     disables: ClassVar[DisabledReason | None] = None
+
+    @property
+    def failure_clock(self) -> ClockEffect:
+        return ClockEffect.KEEP if self.paced else ClockEffect.START
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,17 +99,21 @@ class GivenUp:
     """Failed for good (`failed`, no next attempt); a manual retry may still send it once."""
 
     why: GiveUpReason
+    paced: bool = False  # the last answer asked for time (see RetryAt): never disables
 
     status: ClassVar[DeliveryStatus] = DeliveryStatus.FAILED
-    failure_clock: ClassVar[ClockEffect] = ClockEffect.START
+
+    @property
+    def failure_clock(self) -> ClockEffect:
+        return ClockEffect.KEEP if self.paced else ClockEffect.START
 
     @property
     def disables(self) -> DisabledReason | None:
         """`gone`: disable the endpoint now. `failing`: disable it if its failure clock has
-        run for `disable_after` (see `failing_too_long`)."""
+        run for `disable_after` (see `failing_too_long`); not after a paced answer."""
         if self.why is GiveUpReason.GONE:
             return DisabledReason.GONE
-        if self.why is GiveUpReason.EXHAUSTED:
+        if self.why is GiveUpReason.EXHAUSTED and not self.paced:
             return DisabledReason.FAILING
         return None
 
@@ -113,6 +127,7 @@ GONE_ERROR = "HTTP 410 (gone: webhook disabled)"
 
 _GONE = GivenUp(GiveUpReason.GONE)
 _EXHAUSTED = GivenUp(GiveUpReason.EXHAUSTED)
+_EXHAUSTED_PACED = GivenUp(GiveUpReason.EXHAUSTED, paced=True)
 
 
 def decide(
@@ -130,17 +145,19 @@ def decide(
     A success is delivered; a 410 gives up at once (whatever the attempt number); any other
     failure (an error status, a timeout, a connection error, a refused address) is retried
     on `policy`'s schedule, later if a 429 or 503 asked so with `Retry-After`, and given up
-    once the schedule has run out.
+    once the schedule has run out. A 429 or 503 with a valid `Retry-After` is `paced`: the
+    receiver asked for time, which is not held against the endpoint (domain/flow_control.py).
     """
     if outcome == AttemptOutcome.SUCCESS:
         return Delivered(now)
     if status == GONE_STATUS:
         return _GONE
     waited = parse_retry_after(retry_after, now) if status in RETRY_AFTER_STATUSES else None
+    paced = waited is not None
     delay = policy.delay_after(attempts_made, waited, rand)
     if delay is None:
-        return _EXHAUSTED
-    return RetryAt(now + timedelta(seconds=delay))
+        return _EXHAUSTED_PACED if paced else _EXHAUSTED
+    return RetryAt(now + timedelta(seconds=delay), paced)
 
 
 def last_error(decision: Decision, error: str | None) -> str | None:
@@ -171,6 +188,7 @@ class AttemptResult(NamedTuple):
     outcome: AttemptOutcome
     response_body: str | None  # the answer's first bytes (DISPATCHER_RESPONSE_EXCERPT_BYTES)
     in_lane: bool = False  # the claim's `in_lane`
+    throttled: bool = False  # its endpoint's rate was adapted at the claim (flow_control.py)
 
 
 class ClockChange(NamedTuple):
@@ -193,7 +211,10 @@ def failure_clocks(attempts: Iterable[AttemptResult]) -> dict[str, ClockChange]:
     from the first of them."""
     changes: dict[str, ClockChange] = {}
     for attempt in sorted(attempts, key=attrgetter("finished_at")):
-        if attempt.decision.failure_clock is ClockEffect.RESET:
+        effect = attempt.decision.failure_clock
+        if effect is ClockEffect.KEEP:
+            continue
+        if effect is ClockEffect.RESET:
             changes[attempt.webhook_id] = _RESET
             continue
         change = changes.get(attempt.webhook_id)
