@@ -17,7 +17,10 @@ Two per-endpoint controls live in the claim too (docs/delivery.md): a rate limit
 bucket per endpoint (`webhook_rates`) that the claim takes from under its row lock; and
 ordered delivery, where only the head of each ordering lane (`delivery_lanes`) is claimed, the
 other members of the lane are parked out of the due walk, and the record that settles a head
-moves its lane on. Both read nothing for endpoints that have neither.
+moves its lane on. Both read nothing for endpoints that have neither. The bucket runs at the
+endpoint's effective rate: its `rate_limit`, or lower while the receiver's 429s have it
+adapted (flow control: store/flow_control.py, which the record calls only for the endpoints a
+batch's 429s or adapted endpoints' successes concern).
 
 The claim visits the endpoints that have due work in turn (a round robin over their ids, from a
 cursor each engine keeps), so that no endpoint's backlog, however deep, stands in front of

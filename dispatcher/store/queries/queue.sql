@@ -43,7 +43,8 @@ SET LOCAL synchronous_commit = off
 -- webhook is disabled or deleted, is given up instead. A fifo endpoint is claimed by one
 -- transaction at a time (`elsewhere`). Returns each leased row with all that sending it needs, its
 -- place in the deal (`deal`, `ring_pos`), whether its endpoint is fifo (`serialised`:
--- `trim_serialised` follows) and its endpoint's rate limit, which granted it (`rate_limit`), and on
+-- `trim_serialised` follows) and its endpoint's rate limit (`rate_limit`) and the rate the receiver's
+-- 429s adapted (`adapted_rate`, NULL: none; flow_control.sql), which granted it, and on
 -- every row (one row with the rest NULL when nothing was leased) the ring's last visited endpoint
 -- and how many it visited, so that the engine moves its cursor on.
 WITH finishing AS (
