@@ -262,11 +262,20 @@ CREATE TABLE IF NOT EXISTS webhooks (
     -- kept as given since the engine uses it; answers never carry `clientKey`.
     -- (Last: schema 21 added it.)
     tls                         jsonb CHECK (jsonb_typeof(tls) = 'object'),
+    -- Flow control (docs/delivery.md, "Flow control"; domain/flow_control.py): the effective
+    -- rate the receiver's 429s adapted, requests a second (NULL: not adapted, `rate_limit` or
+    -- none), what it recovers to, its last change and its last decrease. The claim's bucket
+    -- runs at coalesce(adapted_rate, rate_limit). (Last: schema 22 added them.)
+    adapted_rate                double precision CHECK (adapted_rate > 0),
+    adapted_ceiling             double precision CHECK (adapted_ceiling > 0),
+    adapted_at                  timestamptz,
+    slowed_at                   timestamptz,
     -- 'push': deliveries POSTed to `url`; 'poll': no url, no deliveries, the events read by
     -- GET /v1/webhooks/{id}/poll. (Last: schema 24 added it.)
     mode                        text NOT NULL DEFAULT 'push' CHECK (mode IN ('push', 'poll')),
     CONSTRAINT webhooks_url_by_mode CHECK ((url IS NULL) = (mode = 'poll'))
 );
+CREATE INDEX IF NOT EXISTS webhooks_adapted ON webhooks (id) WHERE adapted_rate IS NOT NULL;
 CREATE INDEX IF NOT EXISTS webhooks_page
     ON webhooks (workspace_id, created_at DESC, id DESC) WHERE deleted_at IS NULL;
 CREATE INDEX IF NOT EXISTS webhooks_live
@@ -397,7 +406,9 @@ CREATE INDEX IF NOT EXISTS delivery_lanes_head ON delivery_lanes (head_id);
 -- promised ceil(1.1 R) with about 70 ms to spare for the time between claim and request.
 -- Taking n moves it to max(ready_at, t - 0.03 s) + n / R. A claim takes from a bucket under
 -- its row lock (database time, one clock for every replica); an endpoint whose `ready_at` is
--- ahead is left out of the claim's walk, like a saturated one.
+-- ahead is left out of the claim's walk, like a saturated one. R is the endpoint's effective
+-- rate, coalesce(webhooks.adapted_rate, rate_limit) (flow control: an endpoint without a rate
+-- limit has a row here while the receiver's 429s have its rate adapted).
 CREATE TABLE IF NOT EXISTS webhook_rates (
     webhook_id  text PRIMARY KEY,
     ready_at    timestamptz NOT NULL DEFAULT '-infinity'

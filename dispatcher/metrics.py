@@ -337,3 +337,43 @@ class AttemptTally:
         observe_many(END_TO_END, end_to_end)
         for (webhook_id, outcome), n in webhooks.items():
             WEBHOOK_SERIES.inc(webhook_id, outcome, n)
+
+
+# Flow control (docs/delivery.md, "Flow control")
+EFFECTIVE_RATE = Gauge(
+    "dispatcher_endpoint_effective_rate",
+    "Requests per second an endpoint gets while the receiver's 429 answers have its rate "
+    "adapted (AIMD below its rateLimit, or below its throughput when it has none); the series "
+    "exists only while the rate is adapted (capped at DISPATCHER_METRICS_PER_WEBHOOK_LIMIT "
+    "webhooks).",
+    ["webhook"],
+)
+
+
+class EffectiveRates:
+    """The `dispatcher_endpoint_effective_rate` series: one per endpoint whose rate is adapted
+    now, removed once it has recovered. The recorder sets what its batches change; the
+    monitor replaces the whole set with the database's (what every engine adapted)."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+
+    def set(self, webhook_id: str, rate: float | None) -> None:
+        if rate is None:
+            if webhook_id in self._ids:
+                self._ids.discard(webhook_id)
+                with contextlib.suppress(KeyError):
+                    EFFECTIVE_RATE.remove(webhook_id)
+            return
+        if webhook_id in self._ids or len(self._ids) < WEBHOOK_SERIES.limit:
+            self._ids.add(webhook_id)
+            EFFECTIVE_RATE.labels(webhook_id).set(rate)
+
+    def replace(self, rates: dict[str, float]) -> None:
+        for webhook_id in sorted(self._ids - rates.keys()):
+            self.set(webhook_id, None)
+        for webhook_id, rate in rates.items():
+            self.set(webhook_id, rate)
+
+
+EFFECTIVE_RATES = EffectiveRates()

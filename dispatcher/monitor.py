@@ -1,8 +1,8 @@
 """A short timer that refreshes the gauges a scrape cannot compute cheaply itself: queue
 depth and age, what waits for its endpoint (rate limit, concurrency, ordering lane) apart from
 what no engine claims, pool use, and the process's own readiness (for the `dispatcher_ready`
-alert); it also frees the per-webhook series of deleted webhooks. And the partition
-maintenance loop.
+alert), and the endpoints' rates adapted by flow control; it also frees the per-webhook series
+of deleted webhooks. And the partition maintenance loop.
 
 Both loops log a database error and try again next time; anything else ends the loop, and the
 process's supervisor then stops the process (dispatcher/supervision.py)."""
@@ -18,7 +18,7 @@ from dispatcher import metrics
 from dispatcher.domain.clock import Clock
 from dispatcher.errors import DispatcherError
 from dispatcher.settings import Settings
-from dispatcher.store import maintenance, queue, schema, webhooks
+from dispatcher.store import flow_control, maintenance, queue, schema, webhooks
 from dispatcher.store.database import Database
 
 log = structlog.get_logger("dispatcher")
@@ -50,6 +50,11 @@ async def refresh_once(
         for reason, rows in held.rows.items():
             metrics.QUEUE_HELD.labels(reason).set(rows)
         metrics.QUEUE_OLDEST_UNCLAIMED_AGE.set(held.oldest_unclaimed)
+        # Flow control: the endpoints whose rate the receivers' 429s adapted, as every engine
+        # left it (the database's), each its series.
+        metrics.EFFECTIVE_RATES.replace(
+            await flow_control.adapted_rates(db, metrics.WEBHOOK_SERIES.limit)
+        )
         series = metrics.WEBHOOK_SERIES.ids()
         if series:
             metrics.WEBHOOK_SERIES.forget(await webhooks.gone(db, series))

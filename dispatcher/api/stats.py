@@ -75,6 +75,9 @@ class WebhookStats(TypedDict):
     lastSuccessAt: Timestamp | None
     lastFailureAt: Timestamp | None
     failingSince: Timestamp | None
+    # Requests a second the endpoint gets now: its rate as the receiver's 429 answers adapted
+    # it (flow control, docs/delivery.md), else its rateLimit; null: unrestricted.
+    effectiveRateLimit: float | None
 
 
 def attempt_counts(counts: Mapping[AttemptOutcome, int]) -> AttemptCounts:
@@ -116,6 +119,7 @@ def webhook_stats(health: EndpointHealth) -> WebhookStats:
         "lastSuccessAt": isoformat_or_none(health.last_success_at),
         "lastFailureAt": isoformat_or_none(health.last_failure_at),
         "failingSince": isoformat_or_none(health.failing_since),
+        "effectiveRateLimit": health.effective_rate,
     }
 
 

@@ -308,6 +308,9 @@ class EndpointHealth:
     last_success_at: datetime | None
     last_failure_at: datetime | None
     failing_since: datetime | None
+    # Requests a second it gets now: its rate as the receiver's 429s adapted it, else its
+    # rateLimit; None: unrestricted (domain/flow_control.py).
+    effective_rate: float | None = None
 
     @property
     def success_rate(self) -> float | None:

@@ -6,7 +6,9 @@ or `GivenUp` with why. For the endpoint, each decision either resets the failure
 success) or starts it (any failure, unless already running), and a give-up may disable it:
 at once when the receiver answered 410 (`gone`), or as `failing` when the clock says it has
 had no success for `DISPATCHER_DISABLE_AFTER`. A failure that is not the endpoint's (the
-egress proxy's: `charged=False`) follows the schedule but does neither.
+egress proxy's: `charged=False`) follows the schedule but does neither; nor does a 429 or 503
+with a valid `Retry-After`, the receiver asking for time (`paced`: a give-up on it disables
+nothing; domain/flow_control.py).
 
 Everything here is pure (time comes in as `now`, randomness as `rand`), so the rules are
 unit-tested as tables, without a database. The engine asks `decide` right after an attempt
@@ -61,9 +63,10 @@ class ClockEffect(StrEnum):
 
     RESET = "reset"  # a success: the endpoint is not failing
     START = "start"  # a failure: failing since now, unless it already was
-    # A failure that is not the endpoint's (the egress proxy failed, domain/proxy.py): the
-    # clock is left as it is, and such a give-up disables nothing.
-    NONE = "none"
+    # Not held against the endpoint: a failure that is not its own (the egress proxy's,
+    # domain/proxy.py), or a 429 or 503 with a valid Retry-After (the receiver asked for time,
+    # domain/flow_control.py). The clock stays as it is, and such a give-up disables nothing.
+    KEEP = "keep"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,17 +83,19 @@ class Delivered:
 @dataclass(frozen=True, slots=True)
 class RetryAt:
     """Failed; due again at `at` (still pending). Not `charged`: the failure was not the
-    endpoint's (the egress proxy's), so its failure clock is left alone."""
+    endpoint's (the egress proxy's); `paced`: the receiver asked for time (a 429 or 503 with
+    Retry-After). Either way it does not count against the endpoint: its clock is left alone."""
 
     at: datetime
     charged: bool = True
+    paced: bool = False
 
     status: ClassVar[DeliveryStatus] = DeliveryStatus.PENDING
     disables: ClassVar[DisabledReason | None] = None
 
     @property
     def failure_clock(self) -> ClockEffect:
-        return ClockEffect.START if self.charged else ClockEffect.NONE
+        return ClockEffect.START if self.charged and not self.paced else ClockEffect.KEEP
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,22 +105,24 @@ class GivenUp:
 
     why: GiveUpReason
     charged: bool = True
+    paced: bool = False  # the last answer asked for time (see RetryAt): never disables
 
     status: ClassVar[DeliveryStatus] = DeliveryStatus.FAILED
 
     @property
     def failure_clock(self) -> ClockEffect:
-        return ClockEffect.START if self.charged else ClockEffect.NONE
+        return ClockEffect.START if self.charged and not self.paced else ClockEffect.KEEP
 
     @property
     def disables(self) -> DisabledReason | None:
         """`gone`: disable the endpoint now. `failing`: disable it if its failure clock has
-        run for `disable_after` (see `failing_too_long`). Nothing when not `charged`."""
+        run for `disable_after` (see `failing_too_long`). Nothing when not `charged`, nor
+        after a paced answer."""
         if not self.charged:
             return None
         if self.why is GiveUpReason.GONE:
             return DisabledReason.GONE
-        if self.why is GiveUpReason.EXHAUSTED:
+        if self.why is GiveUpReason.EXHAUSTED and not self.paced:
             return DisabledReason.FAILING
         return None
 
@@ -129,6 +136,7 @@ GONE_ERROR = "HTTP 410 (gone: webhook disabled)"
 
 _GONE = GivenUp(GiveUpReason.GONE)
 _EXHAUSTED = GivenUp(GiveUpReason.EXHAUSTED)
+_EXHAUSTED_PACED = GivenUp(GiveUpReason.EXHAUSTED, paced=True)
 
 
 def decide(
@@ -149,17 +157,21 @@ def decide(
     on `policy`'s schedule, later if a 429 or 503 asked so with `Retry-After`, and given up
     once the schedule has run out. Not `charged` (the egress proxy failed, not the
     endpoint): the same schedule, but the decision leaves the endpoint's clock alone and
-    disables nothing.
+    disables nothing. A 429 or 503 with a valid `Retry-After` is `paced`: the receiver asked
+    for time, which is not held against the endpoint either (domain/flow_control.py).
     """
     if outcome == AttemptOutcome.SUCCESS:
         return Delivered(now)
     if status == GONE_STATUS:
         return _GONE
     waited = parse_retry_after(retry_after, now) if status in RETRY_AFTER_STATUSES else None
+    paced = waited is not None
     delay = policy.delay_after(attempts_made, waited, rand)
     if delay is None:
-        return _EXHAUSTED if charged else GivenUp(GiveUpReason.EXHAUSTED, charged=False)
-    return RetryAt(now + timedelta(seconds=delay), charged)
+        if not charged:
+            return GivenUp(GiveUpReason.EXHAUSTED, charged=False, paced=paced)
+        return _EXHAUSTED_PACED if paced else _EXHAUSTED
+    return RetryAt(now + timedelta(seconds=delay), charged=charged, paced=paced)
 
 
 def last_error(decision: Decision, error: str | None) -> str | None:
@@ -190,6 +202,7 @@ class AttemptResult(NamedTuple):
     outcome: AttemptOutcome
     response_body: str | None  # the answer's first bytes (DISPATCHER_RESPONSE_EXCERPT_BYTES)
     in_lane: bool = False  # the claim's `in_lane`
+    throttled: bool = False  # its endpoint's rate was adapted at the claim (flow_control.py)
 
 
 class ClockChange(NamedTuple):
@@ -212,9 +225,10 @@ def failure_clocks(attempts: Iterable[AttemptResult]) -> dict[str, ClockChange]:
     from the first of them."""
     changes: dict[str, ClockChange] = {}
     for attempt in sorted(attempts, key=attrgetter("finished_at")):
-        if attempt.decision.failure_clock is ClockEffect.NONE:
-            continue  # not the endpoint's failure (the egress proxy's)
-        if attempt.decision.failure_clock is ClockEffect.RESET:
+        effect = attempt.decision.failure_clock
+        if effect is ClockEffect.KEEP:
+            continue  # not held against the endpoint (the proxy's failure, or a paced answer)
+        if effect is ClockEffect.RESET:
             changes[attempt.webhook_id] = _RESET
             continue
         change = changes.get(attempt.webhook_id)

@@ -42,15 +42,17 @@ class RetryPolicy:
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """`Retry-After` as seconds from now: either delta-seconds or an HTTP date."""
+    """`Retry-After` as seconds from now: either delta-seconds or an HTTP date (a date past:
+    0). None when it is neither (garbage, a negative or fractional number): not a valid
+    Retry-After. A huge value is returned as it is; `RetryPolicy.delay_after` caps it."""
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         moment = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)

@@ -180,3 +180,7 @@ class Recorder:
         for webhook_id, reason in recorded.disabled.items():
             metrics.WEBHOOKS_DISABLED.labels(reason).inc()
             log.warning("webhook.disabled", webhook_id=webhook_id, reason=reason.value)
+        for webhook_id, rate in recorded.adapted.items():
+            # Flow control: the receiver's 429s moved the endpoint's rate (None: recovered).
+            metrics.EFFECTIVE_RATES.set(webhook_id, rate)
+            log.info("webhook.rate_adapted", webhook_id=webhook_id, effective_rate=rate)

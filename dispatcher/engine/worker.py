@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import random
 import time
 import uuid
@@ -439,9 +440,10 @@ class Engine:
         parent = tracing.claimed(took, len(rows), asked) if tracing.ENABLED and rows else None
         for row, granted in rows:
             send_by = None
-            rate_limit = row.endpoint.rate_limit  # it granted the row at the claim
-            if rate_limit is not None:
-                send_by = granted + rate_limits.grant_grace(rate_limit)
+            # The rate that granted the row at the claim: adapted by flow control, or its own.
+            rate = row.endpoint.rate_limit if row.adapted_rate is None else row.adapted_rate
+            if rate is not None:
+                send_by = granted + rate_limits.grant_grace(math.ceil(rate))
             self._start_attempt(row, parent, send_by)
         return len(rows), asked
 
@@ -609,4 +611,5 @@ class Engine:
             outcome=outcome.kind,
             response_body=outcome.response_body,
             in_lane=claimed.in_lane,
+            throttled=claimed.adapted_rate is not None,
         )

@@ -17,7 +17,10 @@ Two per-endpoint controls live in the claim too (docs/delivery.md): a rate limit
 bucket per endpoint (`webhook_rates`) that the claim takes from under its row lock; and
 ordered delivery, where only the head of each ordering lane (`delivery_lanes`) is claimed, the
 other members of the lane are parked out of the due walk, and the record that settles a head
-moves its lane on. Both read nothing for endpoints that have neither.
+moves its lane on. Both read nothing for endpoints that have neither. The bucket runs at the
+endpoint's effective rate: its `rate_limit`, or lower while the receiver's 429s have it
+adapted (flow control: store/flow_control.py, which the record calls only for the endpoints a
+batch's 429s or adapted endpoints' successes concern).
 
 The claim visits the endpoints that have due work in turn (a round robin over their ids, from a
 cursor each engine keeps), so that no endpoint's backlog, however deep, stands in front of
@@ -32,6 +35,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from dispatcher.domain import flow_control as flow_rules
 from dispatcher.domain import outcomes
 from dispatcher.domain.endpoints import OPTIONS, EndpointOptions
 from dispatcher.domain.enums import DeliveryStatus, DisabledReason, HeldReason
@@ -45,7 +49,7 @@ from dispatcher.domain.outcomes import (
     RetryAt,
 )
 from dispatcher.domain.signing import signing_secrets
-from dispatcher.store import operational, stats, webhooks
+from dispatcher.store import flow_control, operational, stats, webhooks
 from dispatcher.store.database import Connection, Database, Record
 from dispatcher.store.queries import Queries, Statement
 
@@ -101,6 +105,9 @@ class Claimed(NamedTuple):
     # The values among them that are secret (`secretHeaders`): kept out of the attempt log.
     secret_values: tuple[str, ...] = ()
     in_lane: bool = False  # the head of an ordering lane: its settling moves the lane on
+    # The endpoint's rate as the receiver's 429s adapted it (None: not adapted): the claim's
+    # bucket granted the row at this rate (domain/flow_control.py).
+    adapted_rate: float | None = None
 
 
 # How many endpoints with due work a claim visits at least (more when it asks for more rows):
@@ -211,6 +218,7 @@ def _claimed(row: Record, now: datetime) -> Claimed:
         custom_headers=tuple(row["custom_headers"].items()),
         secret_values=tuple(endpoint.secret_headers.values()),
         in_lane=row["in_lane"],
+        adapted_rate=row["adapted_rate"],
     )
 
 
@@ -222,6 +230,9 @@ class Recorded(NamedTuple):
     # webhook stopped while it was in flight.
     given_up: list[tuple[AttemptResult, GiveUpReason]]
     disabled: dict[str, DisabledReason]  # webhook id -> why, for those this batch disabled
+    # webhook id -> its rate now (None: no longer adapted), for those whose rate this batch
+    # adapted (flow control).
+    adapted: dict[str, float | None]
 
 
 async def record(
@@ -240,7 +251,7 @@ async def record(
     Rows several engines share are locked in one order in every engine: the rollups (in key
     order), then webhooks (by id)."""
     if not results:
-        return Recorded([], {})
+        return Recorded([], {}, {})
     columns = _record_columns(results)
     async with db.transaction() as conn:
         await conn.execute(*SQL.index_walks_only())
@@ -258,13 +269,17 @@ async def record(
         await stats.record_batch(conn, applied, settled, owner)
         clocks = sorted(outcomes.failure_clocks(applied).items())
         to_disable = outcomes.endpoints_to_disable(applied)
-        if to_disable.gone or to_disable.maybe_failing:
+        # Flow control: only endpoints that answered 429, or whose rate is adapted (none in
+        # the common case, and then nothing more is sent).
+        signals = flow_rules.signals(applied)
+        if to_disable.gone or to_disable.maybe_failing or signals:
             # Several statements write webhooks rows below: every row first, in id order.
             ids = {webhook_id for webhook_id, _ in clocks}
-            ids.update(to_disable.gone, to_disable.maybe_failing)
+            ids.update(to_disable.gone, to_disable.maybe_failing, signals)
             await conn.execute(*SQL.lock_webhooks(ids=sorted(ids)))
         await _update_failure_clocks(conn, clocks)
         disabled = await _disable_endpoints(conn, to_disable, now, timedelta(seconds=disable_after))
+        adapted = await flow_control.adapt(conn, signals, now)
         given_up = [(r, _why_given_up(r, written[r.id]["stop"])) for r in applied if r.id in failed]
         await _tell_workspaces(conn, applied, written, {r.id: why for r, why in given_up}, now)
         # Last (lane rows are locked after every other row a record takes; an operational
@@ -272,7 +287,7 @@ async def record(
         # move on to their next delivery.
         settled_heads = [r.id for r in applied if r.in_lane and r.id not in pending]
         await _advance_lanes(conn, settled_heads, now)
-    return Recorded(given_up, disabled)
+    return Recorded(given_up, disabled, adapted)
 
 
 def _why_given_up(result: AttemptResult, stop: str | None) -> GiveUpReason:

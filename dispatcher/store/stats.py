@@ -137,6 +137,7 @@ async def read(db: Database, webhook_id: str, now: datetime, window: StatsWindow
         last_success_at=row["last_success_at"],
         last_failure_at=row["last_failure_at"],
         failing_since=row["failing_since"],
+        effective_rate=row["effective_rate"],
     )
 
 

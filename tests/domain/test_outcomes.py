@@ -42,6 +42,8 @@ CONNECTION_ERROR = AttemptOutcome.CONNECTION_ERROR
 BLOCKED = AttemptOutcome.BLOCKED
 
 EXHAUSTED = GivenUp(GiveUpReason.EXHAUSTED)
+# Given up on an answer that asked for time (a 429 or 503 with Retry-After): disables nothing.
+EXHAUSTED_PACED = GivenUp(GiveUpReason.EXHAUSTED, paced=True)
 GONE = GivenUp(GiveUpReason.GONE)
 
 
@@ -51,6 +53,11 @@ def no_jitter() -> float:
 
 def later(seconds: float) -> RetryAt:
     return RetryAt(NOW + timedelta(seconds=seconds))
+
+
+def paced(seconds: float) -> RetryAt:
+    """Retried after an answer that asked for time: not held against the endpoint."""
+    return RetryAt(NOW + timedelta(seconds=seconds), paced=True)
 
 
 # (outcome, HTTP status, Retry-After, attempts made counting this one) -> decision
@@ -75,14 +82,22 @@ DECISIONS: list[tuple[AttemptOutcome, int | None, str | None, int, Decision]] = 
     # A refused address is retried too: a name may resolve elsewhere later.
     (BLOCKED, None, None, 1, later(10)),
     (BLOCKED, None, None, 3, EXHAUSTED),
-    # 429 and 503 may ask for more time (a floor), capped at the schedule's largest delay.
-    (HTTP_ERROR, 429, "15", 1, later(15)),
-    (HTTP_ERROR, 429, "5", 1, later(10)),  # less than the schedule: the schedule wins
-    (HTTP_ERROR, 503, "3600", 1, later(20)),  # capped
-    (HTTP_ERROR, 503, "Sun, 01 Mar 2026 12:00:15 GMT", 1, later(15)),  # an HTTP date
-    (HTTP_ERROR, 503, "Sun, 01 Mar 2026 11:00:00 GMT", 1, later(10)),  # a date past
-    (HTTP_ERROR, 429, "soon", 1, later(10)),  # not understood: ignored
-    (HTTP_ERROR, 429, "15", 3, EXHAUSTED),  # it never extends the schedule
+    # 429 and 503 may ask for more time (a floor), capped at the schedule's largest delay;
+    # a valid Retry-After makes the answer paced (flow control: not held against the endpoint).
+    (HTTP_ERROR, 429, "15", 1, paced(15)),
+    (HTTP_ERROR, 429, "5", 1, paced(10)),  # less than the schedule: the schedule wins
+    (HTTP_ERROR, 429, "0", 1, paced(10)),  # "now" is valid too: the schedule
+    (HTTP_ERROR, 503, "3600", 1, paced(20)),  # capped
+    (HTTP_ERROR, 503, "9" * 40, 1, paced(20)),  # huge: capped
+    (HTTP_ERROR, 503, "Sun, 01 Mar 2026 12:00:15 GMT", 1, paced(15)),  # an HTTP date
+    (HTTP_ERROR, 503, "Sun, 01 Mar 2026 11:00:00 GMT", 1, paced(10)),  # a date past
+    (HTTP_ERROR, 429, "soon", 1, later(10)),  # not understood: ignored, an HTTP error
+    (HTTP_ERROR, 429, "-5", 1, later(10)),  # negative: not valid
+    (HTTP_ERROR, 429, "1.5", 1, later(10)),  # delta-seconds are whole: not valid
+    (HTTP_ERROR, 429, None, 1, later(10)),  # no Retry-After: an HTTP error
+    (HTTP_ERROR, 503, None, 2, later(20)),
+    (HTTP_ERROR, 429, "15", 3, EXHAUSTED_PACED),  # it never extends the schedule
+    (HTTP_ERROR, 429, None, 3, EXHAUSTED),
     # Any other status's Retry-After is not honoured.
     (HTTP_ERROR, 500, "15", 1, later(10)),
     (HTTP_ERROR, 302, "15", 1, later(10)),
@@ -135,6 +150,8 @@ CONSEQUENCES: list[
     (Delivered(NOW), DeliveryStatus.DELIVERED, ClockEffect.RESET, None, None),
     (later(10), DeliveryStatus.PENDING, ClockEffect.START, None, "HTTP 500"),
     (EXHAUSTED, DeliveryStatus.FAILED, ClockEffect.START, DisabledReason.FAILING, "HTTP 500"),
+    (paced(10), DeliveryStatus.PENDING, ClockEffect.KEEP, None, "HTTP 500"),
+    (EXHAUSTED_PACED, DeliveryStatus.FAILED, ClockEffect.KEEP, None, "HTTP 500"),
     (GONE, DeliveryStatus.FAILED, ClockEffect.START, DisabledReason.GONE, GONE_ERROR),
     (
         GivenUp(GiveUpReason.DISABLED),
@@ -204,6 +221,18 @@ CLOCKS: list[tuple[str, list[AttemptResult], dict[str, ClockChange]]] = [
         [failed("A", 1), ok("B", 2), ok("A", 3), failed("B", 4)],
         {"A": ClockChange(True, None), "B": ClockChange(True, at(4))},
     ),
+    # Flow control: an answer that asked for time leaves the clock as it is.
+    ("a paced answer neither starts it", [failed("A", 1, paced(10))], {}),
+    (
+        "nor advances it",
+        [failed("A", 1, paced(10)), failed("A", 2), failed("A", 3, EXHAUSTED_PACED)],
+        {"A": ClockChange(False, at(2))},
+    ),
+    (
+        "nor resets it",
+        [failed("A", 1), failed("A", 2, paced(10))],
+        {"A": ClockChange(False, at(1))},
+    ),
 ]
 
 
@@ -224,6 +253,11 @@ DISABLES: list[tuple[str, list[AttemptResult], ToDisable]] = [
         "a retry given up in flight disables nothing more",
         [failed("A", 1, GivenUp(GiveUpReason.DISABLED))],
         ToDisable([], []),
+    ),
+    (
+        "given up on an answer that asked for time: not held against the endpoint",
+        [failed("A", 1, EXHAUSTED_PACED), failed("B", 2, EXHAUSTED_PACED), failed("B", 3)],
+        ToDisable([], ["B"]),
     ),
 ]
 

@@ -67,10 +67,10 @@ def test_a_proxy_failure_follows_the_schedule_without_touching_the_endpoint() ->
     first = decide(PROXY_FAILED, None, attempts_made=1, policy=POLICY, now=NOW,
                    rand=lambda: 0.5, charged=False)  # fmt: skip
     assert first == RetryAt(NOW + timedelta(seconds=10), charged=False)
-    assert first.failure_clock is ClockEffect.NONE and first.disables is None
+    assert first.failure_clock is ClockEffect.KEEP and first.disables is None
     last = decide(PROXY_FAILED, None, attempts_made=2, policy=POLICY, now=NOW, charged=False)
     assert last == GivenUp(GiveUpReason.EXHAUSTED, charged=False)
-    assert last.failure_clock is ClockEffect.NONE and last.disables is None
+    assert last.failure_clock is ClockEffect.KEEP and last.disables is None
     # The same failure charged (the receiver's): the clock starts, a give-up may disable.
     charged = decide(PROXY_FAILED, None, attempts_made=2, policy=POLICY, now=NOW)
     assert charged.failure_clock is ClockEffect.START

@@ -59,6 +59,7 @@ async def test_the_figures_follow_the_attempts(
         "lastSuccessAt": None,
         "lastFailureAt": None,
         "failingSince": None,
+        "effectiveRateLimit": None,  # unrestricted (tests/engine/test_flow_control.py)
     }
 
     await publish(client, ws)

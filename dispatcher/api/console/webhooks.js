@@ -34,7 +34,7 @@ function statusBadge(hook) {
       " since ", when(hook.disabledAt)));
 }
 
-/** The figures of GET …/stats in a few words: success rate, p95, failing since. */
+/** The figures of GET …/stats in a few words: success rate, p95, failing since, effective rate. */
 function healthLine(stats) {
   const attempts = Object.values(stats.attempts).reduce((sum, count) => sum + count, 0);
   return h("dl", { class: "figures" },
@@ -44,7 +44,13 @@ function healthLine(stats) {
     h("div", {}, h("dt", {}, "failed deliveries"), h("dd", {}, String(stats.deliveries.failed))),
     stats.failingSince
       ? h("div", { class: "failing" }, h("dt", {}, "failing since"), h("dd", {}, when(stats.failingSince)))
-      : null);
+      : null,
+    // Flow control: the rate in force now (its rateLimit, or lower while the receiver's 429s
+    // have it adapted); absent when unrestricted.
+    stats.effectiveRateLimit === null || stats.effectiveRateLimit === undefined
+      ? null
+      : h("div", { class: "effective-rate" }, h("dt", {}, "effective rate"),
+        h("dd", {}, `${Math.round(stats.effectiveRateLimit * 10) / 10} requests/s`)));
 }
 
 async function loadHealth(ctx, hook, box, window = "24h") {

@@ -43,7 +43,8 @@ SET LOCAL synchronous_commit = off
 -- webhook is disabled or deleted, is given up instead. A fifo endpoint is claimed by one
 -- transaction at a time (`elsewhere`). Returns each leased row with all that sending it needs, its
 -- place in the deal (`deal`, `ring_pos`), whether its endpoint is fifo (`serialised`:
--- `trim_serialised` follows) and its endpoint's rate limit, which granted it (`rate_limit`), and on
+-- `trim_serialised` follows) and its endpoint's rate limit (`rate_limit`) and the rate the receiver's
+-- 429s adapted (`adapted_rate`, NULL: none; flow_control.sql), which granted it, and on
 -- every row (one row with the rest NULL when nothing was leased) the ring's last visited endpoint
 -- and how many it visited, so that the engine moves its cursor on.
 WITH finishing AS (
@@ -230,7 +231,10 @@ WITH finishing AS (
     -- rows come up only when a lease taken before the expunge or the disable was handed back
     -- unrecorded (its engine died or stopped), since both settle every row not in flight at
     -- once. A lane's row is a candidate only as its head.
-    SELECT q.delivery_id, q.webhook_id, q.due_at, w.rate_limit, q.deal, q.ring_pos,
+    -- `rate_limit`: the effective rate, as the receiver's 429s adapted it (flow control,
+    -- domain/flow_control.py), else the endpoint's own.
+    SELECT q.delivery_id, q.webhook_id, q.due_at,
+           coalesce(w.adapted_rate, w.rate_limit) AS rate_limit, q.deal, q.ring_pos,
            row_number() OVER (PARTITION BY q.webhook_id
                               ORDER BY q.due_at, q.delivery_id) AS rank,
            coalesce(w.max_concurrency, @default_concurrency) - coalesce(busy.n, 0) AS free,
@@ -305,7 +309,7 @@ WITH finishing AS (
               w.previous_secret_expires_at, coalesce(w.max_concurrency, @default_concurrency) AS concurrency,
               q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
               q.lane IS NOT NULL AS in_lane, w.ordering = 'fifo' AS serialised, ranked.deal,
-              ranked.ring_pos,
+              ranked.ring_pos, w.adapted_rate,
               -- The endpoint's options, all of them (store/webhooks.py writes its one column
               -- list in here: the engine gets them as one EndpointOptions).
               {options}
@@ -586,7 +590,8 @@ WITH RECURSIVE ring (webhook_id, first_due, n) AS (
            CASE WHEN EXISTS (SELECT 1 FROM webhook_rates r
                              WHERE r.webhook_id = v.webhook_id
                                AND r.ready_at > @now::timestamptz - interval '1 second')
-                     AND w.rate_limit IS NOT NULL THEN 'rate_limit'
+                     AND coalesce(w.adapted_rate, w.rate_limit) IS NOT NULL
+                THEN 'rate_limit'
                 WHEN (SELECT count(*) FROM delivery_queue l
                       WHERE l.webhook_id = v.webhook_id AND l.lease_owner IS NOT NULL)
                      >= coalesce(w.max_concurrency, @default_concurrency) THEN 'concurrency'

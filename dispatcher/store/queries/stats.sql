@@ -79,7 +79,8 @@ SET
 -- snapshot: minute rows in [@since, @hours_from) and from @hours_until on, hour rows in
 -- [@hours_from, @hours_until) (@hours_from, @hours_until: the window's whole hours), every engine's
 -- rows added up; its status changes since @since; its pending deliveries; the start of its latest
--- success and failure, and since when it has been failing.
+-- success and failure, and since when it has been failing; its effective rate now (flow control:
+-- adapted by the receiver's 429s, else its rate limit; NULL: none).
 WITH rows AS (
     -- Minute rows before the first whole hour and from the current hour on (two ranges of
     -- the primary key: the minutes in between are never read), whole hours in between.
@@ -136,7 +137,9 @@ SELECT t.*, c.delivered AS changed_delivered, c.failed AS changed_failed,
                      WHERE a.webhook_id = @webhook_id
                        AND a.created_at > coalesce(l.last_success_at, '-infinity')),
                     l.last_failure_at)
-       END AS failing_since
+       END AS failing_since,
+       (SELECT coalesce(w.adapted_rate, w.rate_limit) FROM webhooks w
+        WHERE w.id = @webhook_id) AS effective_rate
 FROM totals t CROSS JOIN changes c CROSS JOIN latest l
 
 -- name: attempts_per_minute

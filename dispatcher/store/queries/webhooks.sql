@@ -77,11 +77,23 @@ FOR NO KEY UPDATE
 
 -- name: add_bucket
 -- Webhook @webhook_id has a rate limit: its token bucket (webhook_rates), full; one it has is
--- kept.
-INSERT INTO webhook_rates (webhook_id) VALUES (@webhook_id) ON CONFLICT DO NOTHING
+-- kept. A rate limit set starts flow control over (docs/delivery.md, "Flow control"): the rate
+-- the receiver's 429s adapted is forgotten.
+WITH bucket AS (
+    INSERT INTO webhook_rates (webhook_id) VALUES (@webhook_id) ON CONFLICT DO NOTHING
+)
+UPDATE webhooks
+SET adapted_rate = NULL, adapted_ceiling = NULL, adapted_at = NULL, slowed_at = NULL
+WHERE id = @webhook_id AND adapted_rate IS NOT NULL
 
 -- name: drop_bucket
--- Webhook @webhook_id has no rate limit any more: its bucket goes.
+-- Webhook @webhook_id has no rate limit any more: its bucket goes, and the rate the receiver's
+-- 429s adapted with it (flow control starts over at the next 429).
+WITH adapted AS (
+    UPDATE webhooks
+    SET adapted_rate = NULL, adapted_ceiling = NULL, adapted_at = NULL, slowed_at = NULL
+    WHERE id = @webhook_id AND adapted_rate IS NOT NULL
+)
 DELETE FROM webhook_rates WHERE webhook_id = @webhook_id
 
 -- name: join_lanes
