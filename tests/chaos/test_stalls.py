@@ -87,6 +87,10 @@ async def record_waiting(db: Database) -> bool:
         return bool(await conn.fetchval(RECORD_WAITING))
 
 
+async def _beats(db: Database, owner: str) -> bool:
+    return await beat_age(db, owner) < 1.0
+
+
 async def leases_of(db: Database, owner: str) -> set[str]:
     async with db.acquire() as conn:
         rows = await conn.fetch(
@@ -122,9 +126,9 @@ async def test_a_stalled_engine_never_stops_the_others(
     # The engine that stalls; a partition is only on its link (the forwarder).
     stalled = await Worker.start(forwarder.url if stall == "partition" else database_url,
                                  **STALL_ENV)  # fmt: skip
-    healthy = await Worker.start(database_url, **STALL_ENV)
+    healthy: Worker | None = None
     try:
-        stalled_owner, healthy_owner = await stalled.owner(), await healthy.owner()
+        stalled_owner = await stalled.owner()
 
         def freeze() -> None:
             if stall == "sigstop":
@@ -140,11 +144,10 @@ async def test_a_stalled_engine_never_stops_the_others(
 
         # Stall it inside a record's transaction (holding rows a take-over would want): the
         # case that froze the other engine's heartbeat. Caught there by design, not by chance:
-        # the test holds the engine's records at their rollups until one waits there, stalls
-        # the engine, and lets go; the record then completes its statement and sits idle in
-        # its transaction, its rows locked. The other engine's records go on meanwhile.
-        await wait_for(lambda: len(receiver.requests) >= 20, within=30,
-                       message="deliveries flowing")  # fmt: skip
+        # the test holds the engine's records at their rollups (it runs alone until then, so
+        # it has work for certain) until one waits there; the other engine starts; then the
+        # test stalls the engine and lets go, and the record completes its statement and sits
+        # idle in its transaction, its rows locked.
         async with db.acquire() as conn:
             hold = conn.transaction()
             await hold.start()
@@ -152,6 +155,10 @@ async def test_a_stalled_engine_never_stops_the_others(
                 await conn.execute(HOLD_ENGINES_RECORDS, ws.id, stalled_owner)
                 await wait_for(lambda: record_waiting(db), within=30,
                                message="the engine's record waiting")  # fmt: skip
+                healthy = await Worker.start(database_url, **STALL_ENV)
+                healthy_owner = await healthy.owner()
+                await wait_for(lambda: _beats(db, healthy_owner), within=30,
+                               message="the other engine beating")  # fmt: skip
                 freeze()
             finally:
                 await hold.rollback()
@@ -186,7 +193,7 @@ async def test_a_stalled_engine_never_stops_the_others(
         await wait_for(all_delivered, within=90, message="every delivery delivered")
     finally:
         forwarder.resume()
-        codes = (await stalled.stop(), await healthy.stop())
+        codes = (await stalled.stop(), await healthy.stop() if healthy is not None else -1)
     received = Counter(r.headers["webhook-id"] for r in receiver.requests)
     assert len(received) == total
     duplicates = {d for d, n in received.items() if n > 1}
