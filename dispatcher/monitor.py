@@ -81,7 +81,11 @@ async def maintain(db: Database, clock: Clock, retention_days: int, interval: fl
         try:
             report = await maintenance.run_maintenance(db, clock.now(), retention_days)
             if report.ran and (
-                report.created or report.dropped or report.kept_pending or report.lanes_advanced
+                report.created
+                or report.dropped
+                or report.kept_pending
+                or report.lanes_advanced
+                or report.portal_sessions_deleted
             ):
                 log.info(
                     "maintenance.done",
@@ -89,6 +93,7 @@ async def maintain(db: Database, clock: Clock, retention_days: int, interval: fl
                     dropped=report.dropped,
                     kept_pending=report.kept_pending,
                     lanes_advanced=report.lanes_advanced,
+                    portal_sessions_deleted=report.portal_sessions_deleted,
                 )
             if report.in_default:
                 log.warning("maintenance.rows_in_default_partition", rows=report.in_default)

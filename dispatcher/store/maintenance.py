@@ -1,5 +1,6 @@
-"""Partitions ahead of time, retention by dropping whole expired partitions, and ordering
-lanes whose head went without an attempt settling it (they move on to their next delivery).
+"""Partitions ahead of time, retention by dropping whole expired partitions (and deleting the
+few rows kept outside them: health rollups, ended portal sessions), and ordering lanes whose
+head went without an attempt settling it (they move on to their next delivery).
 
 Every replica runs the loop; a transaction-scoped advisory lock lets exactly one do the work at
 a time, and each step is one transaction, so a replica dying mid-way leaves nothing half-done
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
 from dispatcher.domain.health import rollup_cutoffs
-from dispatcher.store import stats
+from dispatcher.store import portal, stats
 from dispatcher.store.database import Database
 from dispatcher.store.queries import Queries, Statement
 
@@ -44,6 +45,7 @@ class Report:
     in_default: int = 0  # rows outside every daily partition
     rollups_deleted: int = 0  # endpoint health rollup rows past their use or retention
     lanes_advanced: int = 0  # ordering lanes whose head had gone without settling by attempt
+    portal_sessions_deleted: int = 0  # portal sessions ended longer ago than the retention
 
 
 async def run_maintenance(db: Database, now: datetime, retention_days: int) -> Report:
@@ -64,6 +66,9 @@ async def run_maintenance(db: Database, now: datetime, retention_days: int) -> R
         names = await conn.fetch(*SQL.delivery_partitions())
         report.rollups_deleted = await stats.forget_before(
             conn, rollup_cutoffs(now, retention_days)
+        )
+        report.portal_sessions_deleted = await portal.forget_ended(
+            conn, now - timedelta(days=retention_days)
         )
     # A day's partition expires when its whole day is older than the retention period.
     cutoff = today - timedelta(days=retention_days)

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from dispatcher.domain import ids, portal
 from dispatcher.domain.portal import Capabilities
 from dispatcher.errors import NotFound
-from dispatcher.store.database import Database, Record
+from dispatcher.store.database import Connection, Database, Record
 from dispatcher.store.key_cache import ApiKey
 from dispatcher.store.queries import Queries, Statement
 
@@ -28,6 +28,7 @@ class SQL(Queries, file="portal.sql"):
     live_token: Statement
     framing: Statement
     delete_session: Statement
+    forget_ended: Statement
 
 
 @dataclass(frozen=True)
@@ -136,3 +137,11 @@ async def delete(db: Database, workspace_id: str, session_id: str, now: datetime
         )
     if done is None:
         raise NotFound(f"portal session {session_id} does not exist")
+
+
+async def forget_ended(conn: Connection, before: datetime) -> int:
+    """Delete the sessions that ended before `before` (the maintenance loop, which keeps them
+    as long as events: an operator can still see who had a link, and when, for that long);
+    returns how many."""
+    result: str = await conn.execute(*SQL.forget_ended(before=before))
+    return int(result.split()[-1])

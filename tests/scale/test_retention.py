@@ -6,7 +6,8 @@ import asyncio
 import json
 from datetime import UTC, date, datetime, timedelta
 
-from dispatcher.store import maintenance
+from dispatcher.domain.portal import Capabilities
+from dispatcher.store import maintenance, portal
 from dispatcher.store.database import Database
 from tests.conftest import Workspace
 
@@ -125,3 +126,28 @@ async def test_a_dying_maintainer_leaves_nothing_half_done(db: Database, ws: Wor
     assert suffix in report.dropped
     left = await partitions(db)
     assert f"deliveries_p{suffix}" not in left and f"events_p{suffix}" not in left
+
+
+async def test_portal_sessions_leave_a_retention_period_after_they_end(
+    db: Database, ws: Workspace
+) -> None:
+    """A session's row (its digests, who had a link, when) is kept while events are, then goes;
+    one still live, or ended within the period, stays."""
+    now = datetime.now(UTC)
+    day = timedelta(days=1)
+    long_ended, _ = await portal.create(db, ws.id, Capabilities.READ, 900, None, now - 31 * day)
+    deleted_early, _ = await portal.create(
+        db, ws.id, Capabilities.MANAGE, 3600, None, now - 32 * day
+    )
+    await portal.delete(db, ws.id, deleted_early.id, now - 32 * day)
+    recently_ended, _ = await portal.create(db, ws.id, Capabilities.READ, 900, None, now - 29 * day)
+    live, _ = await portal.create(db, ws.id, Capabilities.READ, 86_400, None, now)
+    report = await maintenance.run_maintenance(db, now, retention_days=30)
+    assert report.portal_sessions_deleted == 2
+    async with db.acquire() as conn:
+        left = {row["id"] for row in await conn.fetch("SELECT id FROM portal_sessions")}
+    assert recently_ended.id in left and live.id in left
+    assert long_ended.id not in left and deleted_early.id not in left
+    # The next run finds nothing more to delete.
+    again = await maintenance.run_maintenance(db, now, retention_days=30)
+    assert again.portal_sessions_deleted == 0

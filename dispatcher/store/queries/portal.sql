@@ -33,3 +33,9 @@ WHERE id = @id AND deleted_at IS NULL AND expires_at > @now
 UPDATE portal_sessions SET deleted_at = coalesce(deleted_at, @now)
 WHERE id = @id AND workspace_id = @workspace_id
 RETURNING id
+
+-- name: forget_ended
+-- Delete the sessions that ended before @before (the maintenance loop, with retention). Every
+-- session ends by its expiry at the latest (a delete ends it sooner), so `expires_at` alone
+-- decides.
+DELETE FROM portal_sessions WHERE expires_at < @before
