@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from itertools import takewhile
 
 import structlog
 
@@ -51,6 +52,12 @@ class Recorder:
         self._healthy = True
         self._writing = 0  # how many of the buffer's first results a flush is writing now
         self._uncertain = 0  # how many of them a failed flush may have written all the same
+        # Results whose slots were handed on to a new delivery (the engine's `_hand_on`): their
+        # rows are still leased, but their slots are not the claim's to count free.
+        self._handed: set[str] = set()
+        # Those whose hand-over statement is still to answer: not written until it has (their
+        # rows are locked by it; a record taking them first would leave the slot unhanded).
+        self._pending: set[str] = set()
 
     @property
     def pending(self) -> int:
@@ -68,7 +75,30 @@ class Recorder:
         longer leased; counted as busy, they are at worst freed one claim later. So is a batch
         whose flush failed (it may have committed, its answer lost)."""
         settled_maybe = max(self._writing, self._uncertain)
-        return Counter(result.webhook_id for result in self._buffer[settled_maybe:])
+        return Counter(
+            result.webhook_id
+            for result in self._buffer[settled_maybe:]
+            if result.id not in self._handed
+        )
+
+    def finished(self, but: Collection[str] = ()) -> Counter[str]:
+        """Per endpoint, every attempt whose result waits to be written or is being written
+        (handed on or not), but for the results `but`: requests that are over, what a
+        hand-over counts (the claim counts `finishing`)."""
+        left_out = set(but)
+        return Counter(result.webhook_id for result in self._buffer if result.id not in left_out)
+
+    def hand(self, delivery_id: str) -> None:
+        """The slot of buffered result `delivery_id` is being handed on: not free to claim,
+        and the result is not written until the hand-over has answered (`handed`)."""
+        self._handed.add(delivery_id)
+        self._pending.add(delivery_id)
+
+    def handed(self, delivery_ids: Collection[str], unused: Collection[str]) -> None:
+        """The hand-over of `delivery_ids` answered; the slots of `unused` got nothing: they
+        are free to claim again (while their results wait)."""
+        self._pending.difference_update(delivery_ids)
+        self._handed.difference_update(unused)
 
     def add(self, result: outcomes.AttemptResult) -> None:
         self._buffer.append(result)
@@ -93,8 +123,11 @@ class Recorder:
         """Write up to one batch; False when the database refused (results are kept)."""
         async with self._lock:
             batch = self._buffer[: self.max_batch]
+            if self._pending:  # up to the first result whose hand-over has not answered
+                batch = list(takewhile(lambda result: result.id not in self._pending, batch))
             if not batch:
-                self._has_items.clear()
+                if not self._buffer:
+                    self._has_items.clear()
                 return True
             started = time.perf_counter()
             span = tracing.record_started(len(batch)) if tracing.ENABLED else None
@@ -131,6 +164,7 @@ class Recorder:
             metrics.RECORD_DURATION.observe(time.perf_counter() - started)
             metrics.RECORD_BATCH.observe(len(batch))
             del self._buffer[: len(batch)]
+            self._handed.difference_update(result.id for result in batch)
             self._writing = self._uncertain = 0
             if not self._buffer:
                 self._has_items.clear()

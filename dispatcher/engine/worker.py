@@ -64,6 +64,13 @@ COALESCE_SECONDS = 0.002
 IDLE_PROBE_SECONDS = 0.005
 ENGAGED_PROBE_MAX_SECONDS = 0.02
 ENGAGED_SECONDS = 1.0
+
+# A finished attempt hands its slot on to its endpoint's next due delivery (queue.hand_over)
+# when it waited at least this long past its due time: a sign of a backlog behind it. Below
+# that, work arrives as fast as it is sent, and the slot goes back to the claim (a hand-over
+# that finds nothing due would cost a statement per delivery for nothing).
+HAND_OVER_LAG_SECONDS = 0.02
+
 # A rate limit's grant that the engine could not send soon enough after its claim (the engine
 # paused, its event loop or a connection slow) is handed back unsent, due again, rather than
 # crowd a later second at the receiver (docs/delivery.md, "Rate limits"; how late is too late
@@ -126,6 +133,14 @@ class Engine:
         self._per_webhook: Counter[str] = Counter()
         self._limits: dict[str, int] = {}
         self._wake = asyncio.Event()
+        # Slots handed on (`_hand_on`): finished attempts whose slots wait for the next
+        # hand-over statement, and the task that sends them, one statement at a time.
+        self._handing: list[tuple[str, str]] = []  # (delivery id, webhook id)
+        self._hand_task: asyncio.Task[None] | None = None
+        # Held by a hand-over from its statement until its rows are attempts, and by the
+        # reconciliation: leases a hand-over has just taken are never judged unheld.
+        self._leasing = asyncio.Lock()
+        self.slots_handed = 0  # deliveries started by a hand-over (for tests and debugging)
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         # Held by name: `stop` waits for the claim loop to end before anything else.
@@ -185,6 +200,9 @@ class Engine:
         if self._claim_loop is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._claim_loop
+        if self._hand_task is not None:  # it starts nothing once stopping
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._hand_task
         attempts = list(self._in_flight.values())
         if attempts:
             await asyncio.wait(attempts, timeout=max(deadline - loop.time(), 0))
@@ -284,10 +302,11 @@ class Engine:
         now = asyncio.get_running_loop().time()
         if now < self._reconcile_at:
             return
-        held = {*self._in_flight, *self.recorder.holding()}
-        released = await queue.release_unheld(
-            self.db, owner=self.owner, held=held, now=self.clock.now()
-        )
+        async with self._leasing:
+            held = {*self._in_flight, *self.recorder.holding()}
+            released = await queue.release_unheld(
+                self.db, owner=self.owner, held=held, now=self.clock.now()
+            )
         self._reconcile_at = now + RECONCILE_SECONDS
         self.reconciliations += 1
         if released:
@@ -480,6 +499,7 @@ class Engine:
         limit's grant that cannot be sent by `send_by` (loop time) is no attempt: its lease
         is handed back, the delivery due again (`_hand_back_grant`)."""
         started = time.perf_counter()
+        handed = False  # the slot went on to the endpoint's next delivery (`_hand_on`)
         try:
             if self.before_send is not None:
                 await self.before_send(claimed)
@@ -536,6 +556,7 @@ class Engine:
                 )
             result = self._result(claimed, outcome, started_at)
             self.recorder.add(result)
+            handed = self._hand_on(claimed, lag)
             with contextlib.suppress(Exception):  # metrics must never cost a record
                 self._observe(claimed, outcome, lag, result.finished_at)
             if span is not None:  # (tracing hooks never raise)
@@ -546,7 +567,75 @@ class Engine:
             if self._per_webhook[claimed.webhook_id] <= 0:
                 del self._per_webhook[claimed.webhook_id]
                 self._limits.pop(claimed.webhook_id, None)
+            if not handed:  # the slot is free for the next claim
+                self.poke()
+
+    # -- slots handed on -----------------------------------------------------------------
+
+    def _hand_on(self, claimed: queue.Claimed, lag: float) -> bool:
+        """Hand the slot of a finished attempt (its result just buffered) on to its endpoint's
+        next due delivery, without waiting for a claim: with a backlog on few endpoints, a
+        slot otherwise waits for the claim in progress to end and the next to come back, and
+        that wait, not the receiver, bounds an endpoint's rate. Only for a plain endpoint (no
+        rate limit: its bucket is the claim's; not a lane), for an attempt that waited past
+        its due time (HAND_OVER_LAG_SECONDS), and while the engine has room to spare: the
+        claim's round robin over endpoints is what shares a full engine fairly. Whether it
+        did: the slot is then not the claim's to count free (`Recorder.hand`)."""
+        if (
+            self._stopping
+            or lag < HAND_OVER_LAG_SECONDS
+            or claimed.endpoint.rate_limit is not None
+            or claimed.adapted_rate is not None
+            or claimed.in_lane
+            or len(self._in_flight) > self.settings.max_in_flight // 2
+        ):
+            return False
+        self._handing.append((claimed.id, claimed.webhook_id))
+        self.recorder.hand(claimed.id)
+        if self._hand_task is None or self._hand_task.done():
+            self._hand_task = asyncio.create_task(self._hand_over(), name="engine-hand-over")
+        return True
+
+    async def _hand_over(self) -> None:
+        """Send the handed slots, one statement at a time (those handed meanwhile go with the
+        next), and start what they got. A slot that got nothing (no due delivery, or its
+        endpoint no longer plain) goes back to the claim."""
+        while self._handing:
+            handing, self._handing = self._handing, []
+            async with self._leasing:
+                await self._hand_over_once(handing)
+
+    async def _hand_over_once(self, handing: list[tuple[str, str]]) -> None:
+        rows: list[queue.Claimed] = []
+        done_ids = [delivery_id for delivery_id, _ in handing]
+        try:
+            rows = await queue.hand_over(
+                self.db,
+                owner=self.owner,
+                now=self.clock.now(),
+                done_ids=done_ids,
+                default_concurrency=self.settings.max_concurrency_per_webhook,
+                finished=self.recorder.finished(but=done_ids),
+            )
+        except Exception as exc:  # the slots go back to the claim; see RECONCILE_SECONDS
+            self._reconcile_at = 0.0  # it may have committed with its answer lost
+            if not isinstance(exc, DispatcherError):
+                log.exception("engine.hand_over_failed")
+        got = Counter(row.webhook_id for row in rows)
+        unused = []
+        for delivery_id, webhook_id in handing:
+            if got[webhook_id] > 0:
+                got[webhook_id] -= 1
+            else:
+                unused.append(delivery_id)
+        self.recorder.handed([delivery_id for delivery_id, _ in handing], unused)
+        if unused:
             self.poke()
+        if self._stopping:
+            return  # what it leased is handed back with the rest (`queue.leave`)
+        self.slots_handed += len(rows)
+        for row in rows:
+            self._start_attempt(row)
 
     async def _hand_back_grant(self, claimed: queue.Claimed, late: float) -> None:
         """A grant that came too late to send: the lease goes back, the delivery due now (it

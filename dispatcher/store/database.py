@@ -443,19 +443,36 @@ class Database:
             terminate(conn)
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Connection]:
+    async def transaction(self, settings: str = "") -> AsyncIterator[Connection]:
         """A connection in a transaction, for the block: committed when it ends, rolled
         back when it raises. A connection lost before the COMMIT was sent raises
-        DatabaseUnavailable (nothing was stored); lost once it was sent, OutcomeUnknown."""
+        DatabaseUnavailable (nothing was stored); lost once it was sent, OutcomeUnknown.
+
+        `settings`: statements without parameters (`SET LOCAL ...`) sent with the BEGIN, in
+        the same round trip (the engine's transactions, whose every round trip waits for an
+        event loop that may be busy serving the API)."""
         # A failed COMMIT or ROLLBACK reaches `_use`, which closes a broken connection and
         # translates the error; a successful COMMIT is final whatever the release does.
         commit = _Commit()
         async with self._use(commit) as conn:
-            async with conn.transaction():
-                yield conn
-                # Reached only when the block ended without an error: the COMMIT goes next.
+            if not settings:
+                async with conn.transaction():
+                    yield conn
+                    # Reached only when the block ended without an error: the COMMIT goes next.
+                    commit.backend_pid = conn.get_server_pid()
+                    commit.sent = True
+            else:
+                await conn.execute(f"BEGIN; {settings}")
+                try:
+                    yield conn
+                except BaseException:
+                    if not conn.is_closed():
+                        with contextlib.suppress(*DRIVER_ERRORS):
+                            await conn.execute("ROLLBACK")
+                    raise
                 commit.backend_pid = conn.get_server_pid()
                 commit.sent = True
+                await conn.execute("COMMIT")
             _COMMITTED.set(True)
 
     async def settle(self, lost: OutcomeUnknown, look: Callable[[Connection], Awaitable[T]]) -> T:

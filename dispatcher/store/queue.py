@@ -58,6 +58,7 @@ class SQL(Queries, file="queue.sql"):
     index_walks_only: Statement
     claim_settings: Statement
     claim: Statement
+    hand_over: Statement
     trim_serialised: Statement
     record: Statement
     update_failure_clocks: Statement
@@ -81,6 +82,9 @@ class SQL(Queries, file="queue.sql"):
 # leased delivery's endpoint options with the endpoint's one column list (store/webhooks.py).
 INDEX_WALKS_ONLY = SQL.index_walks_only.sql
 CLAIM = dataclasses.replace(SQL.claim, sql=webhooks.with_options(SQL.claim.sql, table="w"))
+HAND_OVER = dataclasses.replace(
+    SQL.hand_over, sql=webhooks.with_options(SQL.hand_over.sql, table="w")
+)
 
 
 class Claimed(NamedTuple):
@@ -152,8 +156,7 @@ async def claim(
     """
     done = finishing or {}
     visits = max(limit, RING_VISITS)
-    async with db.transaction() as conn:
-        await conn.execute(*SQL.claim_settings())  # one round trip
+    async with db.transaction(SQL.claim_settings.sql) as conn:  # sent with the BEGIN
         rows = await conn.fetch(
             *CLAIM(
                 now=now,
@@ -195,6 +198,38 @@ async def claim(
         # Every endpoint with queued work from the cursor on was visited: the turn ends.
         return Claim(claimed, RING_START)
     return Claim(claimed, Ring(rows[0]["ring_end"]))
+
+
+async def hand_over(
+    db: Database,
+    *,
+    owner: str,
+    now: datetime,
+    done_ids: Sequence[str],
+    default_concurrency: int,
+    finished: Mapping[str, int] | None = None,
+) -> list[Claimed]:
+    """The next due deliveries of the endpoints of `done_ids`, one for each: attempts of this
+    engine that are over, whose results are not yet recorded (their rows still leased). Their
+    slots go on to the new rows at once, instead of being freed for the next claim (the
+    statement's comment says why no limit is ever exceeded meanwhile). Plain endpoints only:
+    rate-limited and fifo ones, and disabled or deleted ones, hand nothing on. `finished`: per
+    endpoint, this engine's other attempts that are over and not yet recorded, those being
+    written and those handed on before included (`Recorder.finished`): not in flight."""
+    done = finished or {}
+    # The claim's settings: a lease that a crash of Postgres loses only hands its row back.
+    async with db.transaction(SQL.claim_settings.sql) as conn:
+        rows = await conn.fetch(
+            *HAND_OVER(
+                owner=owner,
+                now=now,
+                done_ids=list(done_ids),
+                default_concurrency=default_concurrency,
+                done_endpoints=list(done),
+                done_counts=list(done.values()),
+            )
+        )
+    return [_claimed(row, now) for row in rows]
 
 
 def _claimed(row: Record, now: datetime) -> Claimed:

@@ -319,6 +319,72 @@ SELECT leased.*, ring_end.webhook_id AS ring_end, ring_end.visited
 FROM (SELECT max(webhook_id) AS webhook_id, count(*) AS visited FROM ring) ring_end
 LEFT JOIN leased ON true
 
+-- name: hand_over
+-- Slots handed on (docs/delivery.md, "Slots handed on"): engine @owner's attempts @done_ids are
+-- over, their rows still leased to it (their results not yet recorded); each of their endpoints
+-- gets as many of its next due rows as slots handed there, oldest first, leased to @owner, so
+-- that a slot goes from one request to the next without waiting for a claim. Each handed row
+-- is locked until the commit: the record that unleases it waits, so at every moment a slot is
+-- held by the old row or by the new one, and no claim anywhere counts it free in between. A
+-- handed row that is not leased to @owner any more (recorded already), or that a record is
+-- writing now (locked), hands on nothing. Nothing here waits for a lock. Only plain endpoints
+-- take part (no rate limit, adapted or its own; not fifo; neither disabled nor deleted), and
+-- an endpoint never gets more than its limit allows, every engine's leases counted. Returns
+-- each leased row as the claim does.
+WITH handed AS (
+    -- The handed rows still leased to this engine, locked (skipped when a record has them).
+    SELECT q.delivery_id, q.webhook_id
+    FROM delivery_queue q
+    WHERE q.delivery_id = ANY(@done_ids::text[]) AND q.lease_owner = @owner
+    FOR UPDATE SKIP LOCKED
+), slots AS (
+    -- Per endpoint, the slots handed there: one new row for each (a slot goes from a finished
+    -- request to a new one), fewer only when its limit was lowered beneath the requests in
+    -- flight: its leased rows, less this engine's other finished ones (@done_endpoints with
+    -- @done_counts, those being recorded included) and the handed ones.
+    SELECT h.webhook_id,
+           least(h.n, coalesce(w.max_concurrency, @default_concurrency) - (busy.n - h.n)) AS n
+    FROM (SELECT webhook_id, count(*) AS n FROM handed GROUP BY webhook_id) h
+    JOIN webhooks w ON w.id = h.webhook_id
+    CROSS JOIN LATERAL (
+        SELECT count(*) - least(coalesce(min(f.n), 0),
+                                count(*) FILTER (WHERE l.lease_owner = @owner) - h.n) AS n
+        FROM delivery_queue l
+        LEFT JOIN unnest(@done_endpoints::text[], @done_counts::int[]) AS f(webhook_id, n)
+               ON f.webhook_id = l.webhook_id
+        WHERE l.webhook_id = h.webhook_id AND l.lease_owner IS NOT NULL
+    ) busy
+    WHERE w.rate_limit IS NULL AND w.adapted_rate IS NULL AND w.ordering = 'none'
+      AND w.disabled_at IS NULL AND w.deleted_at IS NULL
+), next AS (
+    -- Each endpoint's next due rows, oldest first; rows another claim holds are skipped.
+    SELECT n.delivery_id, n.due_at
+    FROM slots s
+    CROSS JOIN LATERAL (
+        SELECT m.delivery_id, m.due_at
+        FROM delivery_queue m
+        WHERE m.webhook_id = s.webhook_id AND m.due_at <= @now
+          AND m.lease_owner IS NULL AND NOT m.expunged AND m.lane IS NULL
+        ORDER BY m.due_at
+        LIMIT greatest(s.n, 0)
+        FOR UPDATE SKIP LOCKED
+    ) n
+)
+UPDATE delivery_queue q
+SET lease_owner = @owner, due_at = 'infinity'
+FROM next, webhooks w, events e
+WHERE q.delivery_id = next.delivery_id
+  AND w.id = q.webhook_id
+  AND e.id = q.event_id
+  AND e.created_at = q.created_at
+RETURNING q.delivery_id, q.webhook_id, q.attempts, q.is_test, next.due_at,
+          e.payload, e.created_at AS event_created_at, w.secret, w.previous_secret,
+          w.previous_secret_expires_at, coalesce(w.max_concurrency, @default_concurrency) AS concurrency,
+          q.event_id, e.trace_context, w.headers || w.secret_headers AS custom_headers,
+          false AS in_lane, w.adapted_rate,
+          -- The endpoint's options, as the claim returns them.
+          {options}
+
 -- name: trim_serialised
 -- Sent after a claim that leased rows of fifo endpoints, in its transaction, so under their locks
 -- (`elsewhere` above), with a snapshot of its own: taken after those locks, so it sees every lease
