@@ -58,6 +58,7 @@ class Recorder:
         # Those whose hand-over statement is still to answer: not written until it has (their
         # rows are locked by it; a record taking them first would leave the slot unhanded).
         self._pending: set[str] = set()
+        self._answered = asyncio.Event()  # set by each hand-over's answer (`handed`)
 
     @property
     def pending(self) -> int:
@@ -99,6 +100,12 @@ class Recorder:
         are free to claim again (while their results wait)."""
         self._pending.difference_update(delivery_ids)
         self._handed.difference_update(unused)
+        self._answered.set()
+
+    @property
+    def held_back(self) -> bool:
+        """Whether the next result to write waits for its hand-over to answer."""
+        return bool(self._buffer) and self._buffer[0].id in self._pending
 
     def add(self, result: outcomes.AttemptResult) -> None:
         self._buffer.append(result)
@@ -113,6 +120,10 @@ class Recorder:
             if len(self._buffer) < self.max_batch:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), timeout=self.max_delay)
+            self._answered.clear()
+            if self.held_back:  # nothing to write before a hand-over answers: wait for it
+                await self._answered.wait()
+                continue
             if await self.flush_once():
                 backoff = 0.1
             else:
@@ -187,7 +198,10 @@ class Recorder:
             # Bounded even when a connection attempt hangs (a server that does not answer).
             async with asyncio.timeout_at(deadline):
                 while self._buffer:
-                    if not await self.flush_once():
+                    self._answered.clear()
+                    if self.held_back:
+                        await self._answered.wait()
+                    elif not await self.flush_once():
                         await asyncio.sleep(0.1)
         lost = list(self._buffer)
         if lost:

@@ -58,6 +58,7 @@ class SQL(Queries, file="queue.sql"):
     index_walks_only: Statement
     claim_settings: Statement
     claim: Statement
+    hand_over_settings: Statement
     hand_over: Statement
     trim_serialised: Statement
     record: Statement
@@ -217,8 +218,9 @@ async def hand_over(
     endpoint, this engine's other attempts that are over and not yet recorded, those being
     written and those handed on before included (`Recorder.finished`): not in flight."""
     done = finished or {}
-    # The claim's settings: a lease that a crash of Postgres loses only hands its row back.
-    async with db.transaction(SQL.claim_settings.sql) as conn:
+    # The claim's settings (a lease that a crash of Postgres loses only hands its row back),
+    # and nested loops: the statement's rows are found by key.
+    async with db.transaction(SQL.hand_over_settings.sql) as conn:
         rows = await conn.fetch(
             *HAND_OVER(
                 owner=owner,

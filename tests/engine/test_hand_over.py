@@ -4,14 +4,20 @@ ever exceeded for it: an endpoint's own, across engines, lowered meanwhile, or a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from dispatcher.domain.clock import SystemClock
+from dispatcher.engine.recorder import Recorder
 from dispatcher.store.database import Database
 from tests.conftest import Workspace, wait_for
 from tests.engine.helpers import bulk_publish, slow_ok, subscribe
 from tests.receiver import EngineFactory, Receiver
+from tests.records import attempt_result
 
 
 async def test_a_backlog_flows_through_handed_slots_within_the_limit_of_two_engines(
@@ -73,3 +79,33 @@ async def test_a_rate_limited_endpoint_hands_no_slot_on(
     engine = await make_engine()
     await wait_for(lambda: len(receiver.at("/hook")) >= 40, within=30, message="40 received")
     assert engine.slots_handed == 0  # its bucket, at the claim, says when each may go
+
+
+async def test_a_full_buffer_behind_an_unanswered_hand_over_waits_for_its_answer(
+    db: Database,
+) -> None:
+    """The recorder writes a handed result only once its hand-over has answered; until then it
+    waits for that answer, even with a full buffer behind it (it once spun there, holding the
+    event loop, so the answer could never come)."""
+    recorder = Recorder(
+        db, owner="engine-test", clock=SystemClock(), disable_after=3600, max_batch=2
+    )
+    now = datetime.now(UTC)
+    results = [attempt_result("WHtest", now, delivery_id=f"WDtest{i}") for i in range(3)]
+    for result in results:
+        recorder.add(result)
+    recorder.hand(results[0].id)  # its hand-over is still to answer
+    running = asyncio.create_task(recorder.run())
+    try:
+        ticks = 0
+        for _ in range(20):  # the loop keeps turning meanwhile
+            await asyncio.sleep(0.001)
+            ticks += 1
+        assert ticks == 20 and recorder.pending == 3 and recorder.held_back
+        recorder.handed([results[0].id], unused=[])
+        # Written now (none of these deliveries exists: the record keeps nothing of them).
+        await wait_for(lambda: recorder.pending == 0, within=10, message="the buffer written")
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running

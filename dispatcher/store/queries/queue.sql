@@ -29,6 +29,17 @@ SET LOCAL enable_bitmapscan = off;
 SET LOCAL plan_cache_mode = force_generic_plan;
 SET LOCAL synchronous_commit = off
 
+-- name: hand_over_settings
+-- Sent with the BEGIN of a hand-over: the claim's settings (`claim_settings`), and joins by
+-- nested loops only. Its rows are a few, found by key; a plan that hashes them would read the
+-- endpoint's whole queue to build the hash (from a generic plan's guess of the rows).
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+SET LOCAL enable_hashjoin = off;
+SET LOCAL enable_mergejoin = off;
+SET LOCAL plan_cache_mode = force_generic_plan;
+SET LOCAL synchronous_commit = off
+
 -- name: claim
 -- Lease up to @limit due rows to engine @owner, visiting the endpoints that have due work in turn
 -- (a round robin over endpoint ids: up to @visits of them after the engine's cursor @cursor, which
