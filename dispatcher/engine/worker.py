@@ -70,6 +70,12 @@ ENGAGED_SECONDS = 1.0
 # that, work arrives as fast as it is sent, and the slot goes back to the claim (a hand-over
 # that finds nothing due would cost a statement per delivery for nothing).
 HAND_OVER_LAG_SECONDS = 0.02
+# ...and while the engine's recent claims (those that took something) took fewer rows than
+# this on average: a claim that takes many shares its cost and its wait among them, and the
+# slots it fills are busy with as much (work spread over many endpoints); one that takes a
+# few is what keeps a slot waiting (work on few endpoints: their slots are the bound).
+HAND_OVER_CLAIM_ROWS = 100
+RECENT_CLAIM_ROWS = 16
 
 # A rate limit's grant that the engine could not send soon enough after its claim (the engine
 # paused, its event loop or a connection slow) is handed back unsent, due again, rather than
@@ -141,6 +147,7 @@ class Engine:
         # reconciliation: leases a hand-over has just taken are never judged unheld.
         self._leasing = asyncio.Lock()
         self.slots_handed = 0  # deliveries started by a hand-over (for tests and debugging)
+        self._claim_rows: deque[int] = deque(maxlen=RECENT_CLAIM_ROWS)  # of non-empty claims
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         # Held by name: `stop` waits for the claim loop to end before anything else.
@@ -450,6 +457,7 @@ class Engine:
         if rows:
             self._engaged_until = asyncio.get_running_loop().time() + ENGAGED_SECONDS
             self._empty_claims = 0
+            self._claim_rows.append(len(rows))
         else:
             self._empty_claims = min(self._empty_claims + 1, 8)
         metrics.CLAIM_DURATION.observe(took)
@@ -578,9 +586,10 @@ class Engine:
         slot otherwise waits for the claim in progress to end and the next to come back, and
         that wait, not the receiver, bounds an endpoint's rate. Only for a plain endpoint (no
         rate limit: its bucket is the claim's; not a lane), for an attempt that waited past
-        its due time (HAND_OVER_LAG_SECONDS), and while the engine has room to spare: the
-        claim's round robin over endpoints is what shares a full engine fairly. Whether it
-        did: the slot is then not the claim's to count free (`Recorder.hand`)."""
+        its due time (HAND_OVER_LAG_SECONDS), while the engine's claims take few rows each
+        (HAND_OVER_CLAIM_ROWS: work on few endpoints), and while the engine has room to
+        spare: the claim's round robin over endpoints is what shares a full engine fairly.
+        Whether it did: the slot is then not the claim's to count free (`Recorder.hand`)."""
         if (
             self._stopping
             or lag < HAND_OVER_LAG_SECONDS
@@ -588,6 +597,7 @@ class Engine:
             or claimed.adapted_rate is not None
             or claimed.in_lane
             or len(self._in_flight) > self.settings.max_in_flight // 2
+            or sum(self._claim_rows) >= HAND_OVER_CLAIM_ROWS * len(self._claim_rows)
         ):
             return False
         self._handing.append((claimed.id, claimed.webhook_id))
