@@ -290,8 +290,7 @@ async def record(
     if not results:
         return Recorded([], {}, {})
     columns = _record_columns(results)
-    async with db.transaction() as conn:
-        await conn.execute(*SQL.index_walks_only())
+    async with db.transaction(SQL.index_walks_only.sql) as conn:  # sent with the BEGIN
         rows = await conn.fetch(*SQL.record(**columns, owner=owner))
         failed = {row["id"] for row in rows if row["status"] == DeliveryStatus.FAILED}
         pending = {row["id"] for row in rows if row["status"] == DeliveryStatus.PENDING}
