@@ -638,7 +638,7 @@ class Engine:
                 got[webhook_id] -= 1
             else:
                 unused.append(delivery_id)
-        self.recorder.handed([delivery_id for delivery_id, _ in handing], unused)
+        self.recorder.handed(done_ids, unused)
         if unused:
             self.poke()
         if self._stopping:
